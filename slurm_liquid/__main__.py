@@ -1,0 +1,3 @@
+from slurm_liquid.cli import main
+
+raise SystemExit(main())

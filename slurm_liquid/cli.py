@@ -1,0 +1,66 @@
+"""The `slurm-liquid` command: a thin dispatcher over one module per subcommand.
+
+Each subcommand module is imported only when that subcommand runs, so that the
+submit-time path (`slurm-liquid estimate`, called from sbatch) never pays for the
+imports of the simulator or the policy code. A subcommand module provides
+`add_arguments(parser)` and `run(args) -> int`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+from typing import Sequence
+
+from slurm_liquid import __version__
+from slurm_liquid.errors import LiquidError
+
+# name -> (module, one-line help). Add a row to add a subcommand.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "slurm": ("slurm_liquid.slurm.cli", "read jobs, nodes and topology through the Slurm client"),
+    "estimate": ("slurm_liquid.estimate.cli", "estimate what a DL job needs (GPUs, memory, CPUs)"),
+    "place": ("slurm_liquid.placement.cli", "place GPU jobs on a switch topology"),
+    "simulate": ("slurm_liquid.sim.cli", "run the trace-driven scheduling simulator"),
+}
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    return {name: row for name, row in SUBCOMMANDS.items() if importlib.util.find_spec(row[0]) is not None}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="slurm-liquid", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"slurm-liquid {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in _available().items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    # Parse only up to the subcommand, then hand the rest to the subcommand's own parser,
+    # which is built after its module is imported.
+    top, rest = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.DEBUG if top.verbose else logging.INFO,
+                        format="slurm-liquid: %(levelname)s: %(message)s", stream=sys.stderr)
+    if top.command is None:
+        parser.print_help()
+        return 2
+    module_name, help_text = _available()[top.command]
+    module = importlib.import_module(module_name)
+    sub_parser = argparse.ArgumentParser(prog=f"slurm-liquid {top.command}", description=help_text)
+    module.add_arguments(sub_parser)
+    args = sub_parser.parse_args(rest)
+    try:
+        return int(module.run(args) or 0)
+    except LiquidError as exc:
+        print(f"slurm-liquid {top.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
