@@ -27,14 +27,22 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is absent
+        return False
+
+
 def _available() -> dict[str, tuple[str, str]]:
-    return {name: row for name, row in SUBCOMMANDS.items() if importlib.util.find_spec(row[0]) is not None}
+    return {name: row for name, row in SUBCOMMANDS.items() if _installed(row[0])}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slurm-liquid", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"slurm-liquid {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log what it does to stderr (-v: decisions, -vv: every command run)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in _available().items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -47,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Parse only up to the subcommand, then hand the rest to the subcommand's own parser,
     # which is built after its module is imported.
     top, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.DEBUG if top.verbose else logging.INFO,
+    level = {0: logging.WARNING, 1: logging.INFO}.get(top.verbose, logging.DEBUG)
+    logging.basicConfig(level=level,
                         format="slurm-liquid: %(levelname)s: %(message)s", stream=sys.stderr)
     if top.command is None:
         parser.print_help()
@@ -64,3 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # e.g. `slurm-liquid slurm jobs | head`
+        sys.stderr.close()
+        return 0

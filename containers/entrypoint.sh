@@ -1,0 +1,71 @@
+#!/bin/bash
+# Entrypoint of every container of the test cluster: ROLE is mariadb, controller or node.
+# Daemons run in the background with their logs in /var/log/slurm, so that a test may stop and
+# restart one of them without stopping the container; `cluster logs HOST` prints those logs.
+set -euo pipefail
+role=${1:?usage: entrypoint.sh mariadb|controller|node}
+log() { echo "entrypoint[$role]: $*"; }
+
+wait_port() {  # host port seconds
+    local deadline=$((SECONDS + $3))
+    until (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; do
+        if ((SECONDS > deadline)); then log "gave up waiting for $1:$2 after $3 s"; return 1; fi
+        sleep 1
+    done
+}
+
+install_config() {
+    install -d -o slurm -g slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
+    chmod 1777 /shared  # a shared file system for job output, writable by every user like /tmp
+    install -m 644 /cluster-config/slurm.conf /cluster-config/gres.conf /cluster-config/topology.conf \
+        /cluster-config/cgroup.conf /etc/slurm/
+    install -m 600 -o slurm -g slurm /cluster-config/slurmdbd.conf /etc/slurm/
+    # slurm-liquid's own Slurm files (lua plugins, slurm.conf snippet) come from the working tree's etc/.
+    echo "# slurm-liquid snippet: replaced by etc/slurm/liquid.conf when the working tree has one" > /etc/slurm/liquid.conf
+    if [ -d /etc/slurm-liquid/slurm ]; then
+        cp -r /etc/slurm-liquid/slurm/. /etc/slurm/
+    fi
+    install -m 400 -o munge -g munge /cluster-state/munge.key /etc/munge/munge.key
+    install -d -o munge -g munge /run/munge
+    su -s /bin/sh munge -c /usr/sbin/munged
+}
+
+case "$role" in
+mariadb)
+    if [ ! -d /var/lib/mysql/mysql ]; then mariadb-install-db --user=mysql >/dev/null; fi
+    install -d -o mysql -g mysql /run/mysqld
+    mariadbd --user=mysql --bind-address=0.0.0.0 --skip-name-resolve &
+    wait_port 127.0.0.1 3306 60
+    mariadb -e "CREATE USER IF NOT EXISTS 'slurm'@'%' IDENTIFIED BY 'slurm-liquid-test';
+                GRANT ALL ON slurm_acct_db.* TO 'slurm'@'%'; FLUSH PRIVILEGES;"
+    log ready
+    wait
+    ;;
+node)
+    install_config
+    # Emulated GPUs: character devices with NVIDIA's major number, enough for gres.conf File=.
+    for i in 0 1 2 3; do [ -e /dev/nvidia$i ] || mknod /dev/nvidia$i c 195 $i; done
+    slurmd
+    log ready
+    exec sleep infinity
+    ;;
+controller)
+    install_config
+    wait_port mariadb 3306 120
+    slurmdbd
+    wait_port 127.0.0.1 6819 60
+    slurmctld
+    # Users need an association for their jobs to carry their name in accounting.
+    deadline=$((SECONDS + 60))
+    until sacctmgr -n -P show user alice 2>/dev/null | grep -q alice; do
+        sacctmgr -i add account research Description=users Organization=liquid >/dev/null 2>&1 || true
+        sacctmgr -i add user alice,bob Account=research >/dev/null 2>&1 || true
+        if ((SECONDS > deadline)); then log "could not add the users to accounting"; break; fi
+        sleep 1
+    done
+    log ready
+    exec sleep infinity
+    ;;
+*)
+    log "unknown role"; exit 2 ;;
+esac

@@ -1,0 +1,172 @@
+"""The Slurm client over Slurm's own commands and their JSON output.
+
+Reads: `squeue --json`, `sacct --json`, `scontrol show nodes --json` (23.02+; `sinfo --json`
+on 22.05, which has no `scontrol --json`), `scontrol show partition -o` (the JSON of 24.11 has
+no Default flag) and `scontrol show topology`. Writes: `scontrol` and `scancel`, each as an
+argument list with a timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from datetime import datetime
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+from slurm_liquid.slurm import parse
+from slurm_liquid.slurm.errors import SlurmCommandError, SlurmError
+from slurm_liquid.slurm.models import Job, Node, Partition, SlurmVersion
+from slurm_liquid.slurm.runner import CommandRunner, LocalRunner
+
+if TYPE_CHECKING:
+    from slurm_liquid.topology import Topology
+
+COMMENT_LIMIT = 1024  # slurmctld rejects longer comments
+_UPDATE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+SCONTROL_JSON_SINCE = SlurmVersion(23, 2, 0)
+SACCT_JSON_EXIT_CODES_SINCE = SlurmVersion(23, 2, 0)
+
+
+class CliBackend:
+    """Slurm through its command-line tools; works with every Slurm version we ship."""
+
+    name = "cli"
+
+    def __init__(self, runner: CommandRunner | None = None, timeout_s: float = 30.0):
+        self.runner = runner or LocalRunner()
+        self.timeout_s = timeout_s
+
+    # ------------------------------------------------------------ plumbing
+
+    def _run(self, *argv: str, stdin: str | None = None) -> str:
+        return self.runner(list(argv), timeout=self.timeout_s, stdin=stdin)
+
+    def _json(self, *argv: str) -> Mapping[str, Any]:
+        out = self._run(*argv)
+        try:
+            doc = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmError(f"`{' '.join(argv)}` did not print JSON ({exc.msg} at char {exc.pos})") from None
+        if not isinstance(doc, Mapping):
+            raise SlurmError(f"`{' '.join(argv)}` printed JSON that is not an object")
+        return doc
+
+    @cached_property
+    def _version(self) -> SlurmVersion:
+        return SlurmVersion.parse(self._run("scontrol", "--version"))
+
+    def version(self) -> SlurmVersion:
+        return self._version
+
+    # ------------------------------------------------------------ reads
+
+    def jobs(self, job_ids: Iterable[int] | None = None) -> list[Job]:
+        """Jobs slurmctld still knows (pending, running, recently ended), of every user."""
+        argv = ["squeue", "--json"]
+        ids = sorted({int(j) for j in job_ids}) if job_ids is not None else None
+        if ids is not None:
+            if not ids:
+                return []
+            argv.append("--jobs=" + ",".join(map(str, ids)))
+        try:
+            doc = self._json(*argv)
+        except SlurmCommandError as exc:
+            # squeue exits 1 with "Invalid job id specified" when every asked-for job is gone.
+            if ids is not None and "Invalid job id" in exc.stderr:
+                return []
+            raise
+        return parse.jobs_from_document(doc, "squeue")
+
+    def job(self, job_id: int) -> Job | None:
+        """One job, from slurmctld if it still knows it, else from accounting."""
+        live = self.jobs([job_id])
+        if live:
+            return live[0]
+        done = self.accounting([job_id])
+        return done[0] if done else None
+
+    def accounting(self, job_ids: Iterable[int] | None = None, since: datetime | None = None,
+                   until: datetime | None = None) -> list[Job]:
+        """Jobs from slurmdbd (sacct), all users. Without ids or `since`, sacct's default window (today)."""
+        filters = ["--allusers"]
+        if job_ids is not None:
+            ids = sorted({int(j) for j in job_ids})
+            if not ids:
+                return []
+            filters.append("--jobs=" + ",".join(map(str, ids)))
+        if since is not None:
+            filters.append("--starttime=" + since.strftime("%Y-%m-%dT%H:%M:%S"))
+        if until is not None:
+            filters.append("--endtime=" + until.strftime("%Y-%m-%dT%H:%M:%S"))
+        jobs = parse.jobs_from_document(self._json("sacct", "--json", *filters), "sacct")
+        if self.version() < SACCT_JSON_EXIT_CODES_SINCE and any(j.is_finished for j in jobs):
+            codes = parse.exit_codes_from_sacct_text(self._run(
+                "sacct", "--noheader", "--parsable2", "--allocations", "--format=JobIDRaw,ExitCode", *filters))
+            jobs = [dataclasses.replace(j, exit_code=codes.get(j.job_id, j.exit_code)) if j.is_finished else j
+                    for j in jobs]
+        return jobs
+
+    def nodes(self) -> list[Node]:
+        if self.version() >= SCONTROL_JSON_SINCE:
+            return parse.nodes_from_document(self._json("scontrol", "show", "nodes", "--json"), "scontrol show nodes")
+        return parse.nodes_from_document(self._json("sinfo", "--json"), "sinfo")
+
+    def partitions(self) -> list[Partition]:
+        out = self._run("scontrol", "show", "partition", "--oneliner")
+        return [parse.partition_from_oneliner(line) for line in out.splitlines() if line.strip()]
+
+    def topology(self) -> "Topology":
+        from slurm_liquid.topology import Topology
+
+        text = self._run("scontrol", "show", "topology")
+        if not text.strip():
+            return Topology.flat([n.name for n in self.nodes()])
+        return Topology.from_scontrol(text)
+
+    # ------------------------------------------------------------ writes
+
+    def submit(self, script: str, args: Sequence[str] = ()) -> int:
+        """sbatch a script given as text (on stdin); returns the job id."""
+        out = self._run("sbatch", "--parsable", *args, stdin=script)
+        try:
+            return int(out.strip().split(";")[0])
+        except ValueError:
+            raise SlurmError(f"sbatch printed {out.strip()!r} instead of a job id") from None
+
+    def hold(self, job_id: int) -> None:
+        self._run("scontrol", "hold", str(int(job_id)))
+
+    def release(self, job_id: int) -> None:
+        self._run("scontrol", "release", str(int(job_id)))
+
+    def requeue_hold(self, job_id: int) -> None:
+        """Stop a running job and put it back in the queue, held (it keeps its id)."""
+        self._run("scontrol", "requeuehold", str(int(job_id)))
+
+    def cancel(self, job_id: int) -> None:
+        self._run("scancel", str(int(job_id)))
+
+    def signal(self, job_id: int, signal: str, batch_only: bool = False) -> None:
+        """Send a signal to the job's batch script only, or to it and every step (the default)."""
+        if not re.fullmatch(r"(SIG)?[A-Z0-9]+", signal):
+            raise SlurmError(f"invalid signal name {signal!r}")
+        self._run("scancel", f"--signal={signal}", "--batch" if batch_only else "--full", str(int(job_id)))
+
+    def update_job(self, job_id: int, **fields: str | int) -> None:
+        """`scontrol update JobId=N Key=Value ...`, e.g. update_job(7, TresPerNode="gres/gpu:2", NumNodes=1)."""
+        if not fields:
+            raise SlurmError("update_job needs at least one field")
+        pairs = []
+        for key, value in fields.items():
+            value = str(value)
+            if not _UPDATE_KEY.fullmatch(key) or "\n" in value:
+                raise SlurmError(f"invalid job field {key}={value!r}")
+            pairs.append(f"{key}={value}")
+        self._run("scontrol", "update", f"JobId={int(job_id)}", *pairs)
+
+    def set_comment(self, job_id: int, comment: str) -> None:
+        if len(comment) > COMMENT_LIMIT:
+            raise SlurmError(f"comment of job {job_id} has {len(comment)} characters; Slurm takes at most {COMMENT_LIMIT}")
+        self.update_job(job_id, Comment=comment)

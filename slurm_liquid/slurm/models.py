@@ -1,0 +1,123 @@
+"""Typed views of what Slurm reports, the same for every Slurm version we support."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, order=True)
+class SlurmVersion:
+    major: int
+    minor: int
+    micro: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "SlurmVersion":
+        """'slurm 24.11.5', '24.11.5' or '22.05.8' -> SlurmVersion."""
+        token = text.strip().split()[-1]
+        parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in token.split(".")[:3]]
+        while len(parts) < 3:
+            parts.append(0)
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor:02d}.{self.micro}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as squeue (live) or sacct (accounting) reports it.
+
+    `gpus` is what the job holds when it has an allocation, else what it asked for.
+    `state` is the base state (PENDING, RUNNING, COMPLETED, ...); `state_flags` holds the
+    extra flags newer Slurm versions list beside it (REQUEUED, COMPLETING, ...).
+    """
+
+    job_id: int
+    name: str
+    user: str
+    state: str
+    partition: str = ""
+    reason: str = ""
+    state_flags: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    num_nodes: int = 0
+    cpus: int = 0
+    mem_mib: int | None = None
+    gpus: int = 0
+    gpus_per_node: int | None = None
+    gpu_type: str | None = None
+    shards: int = 0
+    comment: str = ""
+    admin_comment: str = ""
+    system_comment: str = ""
+    priority: int | None = None
+    held: bool = False
+    restarts: int = 0
+    exit_code: int | None = None
+    submit_time: datetime | None = None
+    start_time: datetime | None = None
+    end_time: datetime | None = None
+    time_limit_s: int | None = None
+    work_dir: str = ""
+    source: str = "squeue"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.state == "PENDING"
+
+    @property
+    def is_running(self) -> bool:
+        return self.state == "RUNNING"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"})
+
+
+@dataclass(frozen=True)
+class Node:
+    """A compute node: what it has, what is allocated, and whether it can take work."""
+
+    name: str
+    state: str
+    state_flags: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    cpus_alloc: int = 0
+    mem_mib: int = 0
+    mem_alloc_mib: int = 0
+    gpus: int = 0
+    gpus_alloc: int = 0
+    gpu_type: str | None = None
+    shards: int = 0
+    shards_alloc: int = 0
+    reason: str = ""
+    version: str = ""
+
+    @property
+    def available(self) -> bool:
+        """Up and schedulable: not down, drained, draining, failing or powered off."""
+        blocked = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING",
+                   "POWERED_DOWN", "POWERING_DOWN", "RESERVED", "MAINTENANCE", "FUTURE", "INVALID", "UNKNOWN"}
+        return self.state not in blocked and not blocked.intersection(self.state_flags)
+
+    @property
+    def gpus_free(self) -> int:
+        return max(self.gpus - self.gpus_alloc, 0) if self.available else 0
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: tuple[str, ...] = ()
+    state: str = "UP"
+    is_default: bool = False
+    max_time_s: int | None = None
+    total_gpus: int = 0
+    flags: tuple[str, ...] = field(default=())

@@ -1,0 +1,36 @@
+"""The real containerized Slurm cluster, brought up once per Slurm version under test.
+
+LIQUID_SUITES picks the versions (default "trixie bookworm": Slurm 24.11 and 22.05). When the
+cluster cannot start, the tests fail under CI=true and are skipped, with the reason, elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from slurm_liquid.slurm import CliBackend, ContainerRunner
+from tests.integration.cluster import CLUSTER, Cluster
+
+SUITES = os.environ.get("LIQUID_SUITES", "trixie bookworm").split()
+
+
+@pytest.fixture(scope="session", params=SUITES)
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    suite = request.param
+    try:
+        proc = subprocess.run([sys.executable, str(CLUSTER), "--suite", suite, "up"], capture_output=True,
+                              text=True, timeout=2400, stdin=subprocess.DEVNULL)
+        failure = proc.stderr.strip()[-3000:] if proc.returncode else None
+    except subprocess.TimeoutExpired:
+        failure = "containers/cluster up did not finish within 40 minutes"
+    if failure:
+        message = f"the {suite} Slurm cluster did not start:\n{failure}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    sys.stderr.write(proc.stderr)
+    return Cluster(suite, CliBackend(ContainerRunner(f"liquid-{suite}-slurmctld"), timeout_s=30))

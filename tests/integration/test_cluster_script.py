@@ -1,0 +1,47 @@
+"""containers/cluster against the real Docker engine: failures give one clear message, never a hang."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.cluster_script import SCRIPT, load
+from tests.integration.cluster import Cluster
+
+pytestmark = pytest.mark.integration
+
+
+def test_failed_image_build_shows_the_failing_step(cluster: Cluster, tmp_path, monkeypatch) -> None:
+    script = load()
+    (tmp_path / "Dockerfile.broken").write_text(f"FROM debian:{cluster.suite}\nRUN echo apt-broke-here && false\n")
+    monkeypatch.setattr(script, "HERE", tmp_path)
+    with pytest.raises(script.ClusterError) as err:
+        script.docker_build("Dockerfile.broken", "slurm-liquid-broken:test", tmp_path)
+    message = str(err.value)
+    assert message.startswith("image build of slurm-liquid-broken:test (Dockerfile.broken) failed (exit 1)")
+    assert "apt-broke-here" in message
+
+
+def test_a_node_that_never_comes_up_is_named_within_the_timeout(cluster: Cluster) -> None:
+    assert cluster.exec("slurmctld", "scontrol", "update", "NodeName=gpu04", "State=DOWN",
+                        "Reason=test-never-up").returncode == 0
+    try:
+        env = dict(os.environ, LIQUID_UP_TIMEOUT="6")
+        proc = subprocess.run([sys.executable, str(SCRIPT), "--suite", cluster.suite, "up"], capture_output=True,
+                              text=True, timeout=300, env=env)
+    finally:
+        cluster.exec("slurmctld", "scontrol", "update", "NodeName=gpu04", "State=RESUME")
+    assert proc.returncode == 1
+    assert "cluster: error: the cluster was not ready within 6 s (nodes not idle: gpu04=down" in proc.stderr
+    assert "Last log lines of gpu04" in proc.stderr
+
+
+def test_status_and_exec(cluster: Cluster) -> None:
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--suite", cluster.suite, "status"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "slurmctld  running" in proc.stdout and "gpu:h100:4" in proc.stdout
+    assert cluster.exec("gpu02", "hostname").stdout.strip() == "gpu02"
+    assert cluster.exec("gpu02", "false").returncode == 1

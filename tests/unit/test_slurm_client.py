@@ -1,0 +1,160 @@
+"""The client's commands, backend choice and error handling, over recorded outputs and real processes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+import pytest
+
+from slurm_liquid.slurm import CliBackend, LocalRunner, SlurmCommandError, SlurmError, connect
+from slurm_liquid.slurm.pyslurm_backend import PyslurmBackend
+from tests.unit.recorded import RecordedRunner
+
+
+@pytest.mark.parametrize("version, nodes_command", [("22.05", "sinfo"), ("24.11", "scontrol")])
+def test_nodes_come_from_the_command_each_version_has(version: str, nodes_command: str) -> None:
+    runner = RecordedRunner(version)
+    nodes = CliBackend(runner).nodes()
+    assert len(nodes) == 4
+    assert [c[0] for c in runner.calls] == ["scontrol", nodes_command]
+
+
+def test_writes_are_argument_lists() -> None:
+    runner = RecordedRunner("24.11")
+    client = CliBackend(runner)
+    client.update_job(7, TresPerNode="gres/gpu:2", NumNodes=1, ReqNodeList="gpu[01-02]")
+    client.set_comment(7, "liquid:v1 a b; rm -rf /")
+    client.hold(7)
+    client.release(7)
+    client.requeue_hold(7)
+    client.signal(7, "USR1")
+    client.signal(7, "SIGTERM", batch_only=True)
+    client.cancel(7)
+    assert client.submit("#!/bin/sh\ntrue\n", ["-G", "1"]) == 42
+    assert runner.calls == [
+        ["scontrol", "update", "JobId=7", "TresPerNode=gres/gpu:2", "NumNodes=1", "ReqNodeList=gpu[01-02]"],
+        ["scontrol", "update", "JobId=7", "Comment=liquid:v1 a b; rm -rf /"],
+        ["scontrol", "hold", "7"],
+        ["scontrol", "release", "7"],
+        ["scontrol", "requeuehold", "7"],
+        ["scancel", "--signal=USR1", "--full", "7"],
+        ["scancel", "--signal=SIGTERM", "--batch", "7"],
+        ["scancel", "7"],
+        ["sbatch", "--parsable", "-G", "1"],
+    ]
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda c: c.update_job(7), "at least one field"),
+    (lambda c: c.update_job(7, **{"Bad Key": "1"}), "invalid job field"),
+    (lambda c: c.update_job(7, Comment="two\nlines"), "invalid job field"),
+    (lambda c: c.set_comment(7, "x" * 1025), "1025 characters; Slurm takes at most 1024"),
+    (lambda c: c.signal(7, "USR1; reboot"), "invalid signal"),
+])
+def test_bad_requests_are_refused_before_reaching_slurm(call, message: str) -> None:
+    runner = RecordedRunner("24.11")
+    with pytest.raises(SlurmError, match=message):
+        call(CliBackend(runner))
+    assert runner.calls == []
+
+
+def test_job_ids_filter_and_empty_lists() -> None:
+    runner = RecordedRunner("24.11")
+    client = CliBackend(runner)
+    assert client.jobs([]) == [] and client.accounting([]) == [] and runner.calls == []
+    client.jobs([5, 3, 5])
+    assert runner.calls[-1] == ["squeue", "--json", "--jobs=3,5"]
+
+
+def test_local_runner_reports_failures_with_the_command_and_stderr() -> None:
+    run = LocalRunner()
+    assert run([sys.executable, "-c", "print('ok')"], timeout=10) == "ok\n"
+    with pytest.raises(SlurmCommandError) as err:
+        run([sys.executable, "-c", "import sys; sys.stderr.write('sbatch: error: Invalid gres\\n'); sys.exit(1)"],
+            timeout=10)
+    assert err.value.returncode == 1 and "exit code 1: sbatch: error: Invalid gres" in str(err.value)
+    with pytest.raises(SlurmCommandError, match="did not answer within 0.2 s"):
+        run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2)
+    with pytest.raises(SlurmCommandError, match="not installed or not on PATH"):
+        run(["squeue-that-does-not-exist", "--json"], timeout=5)
+
+
+def test_unreadable_output_is_a_clear_error() -> None:
+    class Garbage(RecordedRunner):
+        def __call__(self, argv, *, timeout, stdin=None):
+            return "squeue: error: slurm_load_jobs error: Unable to contact slurm controller"
+
+    with pytest.raises(SlurmError, match="`squeue --json` did not print JSON"):
+        CliBackend(Garbage("24.11")).jobs()
+
+
+def test_topology_of_a_cluster_without_topology_plugin_is_flat() -> None:
+    class NoTopology(RecordedRunner):
+        def __call__(self, argv, *, timeout, stdin=None):
+            return "" if argv[:3] == ["scontrol", "show", "topology"] else super().__call__(argv, timeout=timeout)
+
+    topology = CliBackend(NoTopology("24.11")).topology()
+    assert len({topology.leaf_of(n) for n in ["gpu01", "gpu02", "gpu03", "gpu04"]}) == 1
+
+
+# ------------------------------------------------------------------ choosing the backend
+
+def fake_pyslurm(version: str) -> types.ModuleType:
+    module = types.ModuleType("pyslurm")
+    module.__version__ = version
+    module.calls = []
+
+    class Job:
+        def __init__(self, job_id: int):
+            self.job_id = job_id
+
+        def __getattr__(self, name: str):
+            return lambda *args, **kwargs: module.calls.append((name, self.job_id, args, kwargs))
+
+    module.Job = Job
+    return module
+
+
+def test_auto_without_pyslurm_uses_the_cli_and_says_why(monkeypatch, caplog) -> None:
+    monkeypatch.setitem(sys.modules, "pyslurm", None)  # import pyslurm -> ImportError
+    with caplog.at_level(logging.INFO):
+        client = connect("auto", runner=RecordedRunner("24.11"))
+    assert client.name == "cli"
+    assert "CLI/JSON (pyslurm does not import" in caplog.text
+    with pytest.raises(SlurmError, match="pyslurm backend was asked for but pyslurm does not import"):
+        connect("pyslurm", runner=RecordedRunner("24.11"))
+
+
+def test_auto_with_a_mismatched_pyslurm_uses_the_cli(monkeypatch, caplog) -> None:
+    monkeypatch.setitem(sys.modules, "pyslurm", fake_pyslurm("25.11.0"))
+    with caplog.at_level(logging.INFO):
+        client = connect("auto", runner=RecordedRunner("24.11"))
+    assert client.name == "cli"
+    assert "pyslurm 25.11.0 is built for another Slurm than the running 24.11.5" in caplog.text
+
+
+def test_matching_pyslurm_sends_writes_as_rpcs(monkeypatch) -> None:
+    module = fake_pyslurm("24.11.1")
+    monkeypatch.setitem(sys.modules, "pyslurm", module)
+    runner = RecordedRunner("24.11")
+    client = connect("auto", runner=runner)
+    assert isinstance(client, PyslurmBackend) and client.name == "pyslurm"
+    client.hold(3)
+    client.requeue_hold(3)
+    client.signal(3, "USR1", batch_only=True)
+    assert [c[:2] for c in module.calls] == [("hold", 3), ("requeue", 3), ("send_signal", 3)]
+    assert module.calls[1][3] == {"hold": True}
+    assert len(client.jobs()) > 0  # reads stay on the JSON path
+    assert connect("cli", runner=runner).name == "cli"
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(SlurmError, match="unknown Slurm backend 'slurmrestd'"):
+        connect("slurmrestd")
+
+
+def test_real_pyslurm_when_installed() -> None:
+    pyslurm = pytest.importorskip(
+        "pyslurm", reason="pyslurm is not installed: PyPI builds it only for Slurm 25.11, which no Debian suite ships")
+    assert hasattr(pyslurm, "Job") and hasattr(pyslurm.Job, "requeue")

@@ -1,0 +1,208 @@
+"""JSON normalisation against outputs recorded from real Slurm 22.05 and 24.11 (tests/fixtures/slurm/).
+
+Every version must give the same typed answer for the same scenario; capture.py beside the
+fixtures replays that scenario on a fresh cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from slurm_liquid.slurm import CliBackend, SlurmError, SlurmVersion, parse
+from slurm_liquid.topology import Topology
+from tests.unit.recorded import FIXTURES, VERSIONS, RecordedRunner
+
+
+def test_fixtures_cover_every_shipped_major_version() -> None:
+    assert {"22.05", "24.11"} <= set(VERSIONS)
+
+
+class Recorded:
+    def __init__(self, version: str):
+        self.dir = FIXTURES / version
+        self.manifest = json.loads((self.dir / "manifest.json").read_text())
+        self.roles = self.manifest["jobs"]
+
+    def doc(self, name: str) -> dict:
+        return json.loads((self.dir / name).read_text())
+
+    def squeue(self) -> dict[str, parse.Job]:
+        by_id = {j.job_id: j for j in parse.jobs_from_document(self.doc("squeue.json"), "squeue")}
+        return {role: by_id[i] for role, i in self.roles.items() if i in by_id}
+
+    def sacct(self) -> dict[str, parse.Job]:
+        """Through the backend: on 22.05 it completes the JSON's exit codes from sacct's text."""
+        by_id = {j.job_id: j for j in CliBackend(RecordedRunner(self.dir.name)).accounting()}
+        return {role: by_id[i] for role, i in self.roles.items() if i in by_id}
+
+    def nodes(self) -> dict[str, parse.Node]:
+        name = "scontrol_nodes.json" if (self.dir / "scontrol_nodes.json").exists() else "sinfo.json"
+        return {n.name: n for n in parse.nodes_from_document(self.doc(name), name)}
+
+
+@pytest.fixture(params=VERSIONS)
+def recorded(request: pytest.FixtureRequest) -> Recorded:
+    return Recorded(request.param)
+
+
+def test_version_in_meta_and_in_scontrol_agree(recorded: Recorded) -> None:
+    from_meta = parse.document_version(recorded.doc("squeue.json"))
+    from_cli = SlurmVersion.parse((recorded.dir / "version.txt").read_text())
+    assert from_meta == from_cli == SlurmVersion.parse(recorded.manifest["slurm"])
+
+
+def test_live_jobs(recorded: Recorded) -> None:
+    jobs = recorded.squeue()
+    multi = jobs["running_multinode"]
+    assert (multi.state, multi.user, multi.nodes, multi.num_nodes) == ("RUNNING", "root", ("gpu01", "gpu02"), 2)
+    assert (multi.gpus, multi.gpus_per_node, multi.gpu_type) == (8, 4, "h100")
+    assert multi.time_limit_s == 30 * 60 and multi.end_time is None and multi.exit_code is None
+    assert multi.start_time is not None and multi.start_time.tzinfo == timezone.utc
+
+    shard = jobs["shard"]
+    assert shard.is_running and shard.shards == 4 and shard.gpus == 0
+
+    alice = jobs["other_user"]
+    assert (alice.user, alice.gpus, alice.mem_mib) == ("alice", 1, 2048)
+
+    requeued = jobs["requeued_held"]
+    assert requeued.is_pending and requeued.held and requeued.restarts == 1
+
+    held = jobs["held"]
+    assert held.is_pending and held.held and held.reason == "JobHeldUser" and held.comment == "liquid:v1 held"
+    assert held.priority == 0 and held.nodes == ()
+
+    waiting = jobs["pending_resources"]
+    assert waiting.is_pending and not waiting.held and waiting.reason in {"Resources", "Priority"}
+    assert (waiting.gpus, waiting.gpus_per_node, waiting.num_nodes) == (12, 4, 3)
+
+
+def test_accounting_jobs(recorded: Recorded) -> None:
+    jobs = recorded.sacct()
+    done = jobs["completed"]
+    assert (done.state, done.exit_code, done.gpus, done.comment) == ("COMPLETED", 0, 2, "liquid:v1 model=resnet50")
+    assert done.source == "sacct" and done.is_finished and len(done.nodes) == 1
+    assert done.submit_time <= done.start_time <= done.end_time
+
+    failed = jobs["failed"]
+    assert (failed.state, failed.exit_code, failed.gpus) == ("FAILED", 3, 1)
+
+    multi = jobs["running_multinode"]
+    assert multi.is_running and multi.gpus == 8 and multi.nodes == ("gpu01", "gpu02") and multi.end_time is None
+
+    assert jobs["other_user"].user == "alice"
+    assert jobs["shard"].shards == 4
+    assert jobs["pending_resources"].nodes == ()  # sacct says "None assigned"
+    requeued = jobs["requeued_held"]  # 22.05 says REQUEUED, 24.11 [PENDING, REQUEUED]
+    assert requeued.state == "PENDING" and requeued.state_flags == ("REQUEUED",)
+
+
+def test_nodes(recorded: Recorded) -> None:
+    nodes = recorded.nodes()
+    assert sorted(nodes) == ["gpu01", "gpu02", "gpu03", "gpu04"]
+    for node in nodes.values():
+        assert (node.gpus, node.gpu_type, node.shards, node.cpus, node.mem_mib) == (4, "h100", 16, 8, 16000)
+        assert node.partitions == ("gpu",)
+    assert nodes["gpu01"].gpus_alloc == nodes["gpu02"].gpus_alloc == 4
+    assert nodes["gpu01"].state in {"ALLOCATED", "MIXED"} and nodes["gpu01"].gpus_free == 0
+    drained = nodes["gpu04"]
+    assert "DRAIN" in drained.state_flags and drained.reason == "maintenance"
+    assert not drained.available and drained.gpus_free == 0
+    assert nodes["gpu03"].cpus_alloc >= 2 and nodes["gpu03"].mem_alloc_mib >= 2048
+
+
+def test_partitions_and_topology(recorded: Recorded) -> None:
+    lines = (recorded.dir / "partitions.txt").read_text().splitlines()
+    [gpu] = [parse.partition_from_oneliner(line) for line in lines if line.strip()]
+    assert (gpu.name, gpu.state, gpu.is_default, gpu.max_time_s, gpu.total_gpus) == ("gpu", "UP", True, None, 16)
+    assert gpu.nodes == ("gpu01", "gpu02", "gpu03", "gpu04")
+    topology = Topology.from_scontrol((recorded.dir / "topology.txt").read_text())
+    assert [topology.leaf_of(n) for n in gpu.nodes] == ["leaf1", "leaf1", "leaf2", "leaf2"]
+
+
+# ------------------------------------------------------------------ the pieces, one shape at a time
+
+@pytest.mark.parametrize("value, expected", [
+    (5, 5), ({"set": True, "infinite": False, "number": 7}, 7), ({"set": False, "infinite": False, "number": 0}, None),
+    ({"set": True, "infinite": True, "number": 0}, None), (None, None), ("12", 12), ("x", None), (True, None),
+])
+def test_num_reads_plain_and_structured_numbers(value, expected) -> None:
+    assert parse.num(value) == expected
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("idle", ("IDLE", ())), ("IDLE+DRAIN", ("IDLE", ("DRAIN",))), (["MIXED", "DRAIN"], ("MIXED", ("DRAIN",))),
+    (["DRAIN", "IDLE"], ("IDLE", ("DRAIN",))), ([], ("UNKNOWN", ())),
+])
+def test_node_states(value, expected) -> None:
+    assert parse.states(value, parse.BASE_NODE_STATES) == expected
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("gres/gpu:2", [("gpu", None, 2)]),                      # 24.11 TresPerNode
+    ("gres:gpu:2", [("gpu", None, 2)]),                      # 22.05 TresPerNode
+    ("gres/gpu:h100:4", [("gpu", "h100", 4)]),
+    ("gpu:h100:3(IDX:0-2),shard:h100:0(0/4,0/4,0/4,0/4)", [("gpu", "h100", 3), ("shard", "h100", 0)]),
+    ("gpu:h100:4(S:0-1),shard:h100:16(S:0-1)", [("gpu", "h100", 4), ("shard", "h100", 16)]),
+    ("gpu", [("gpu", None, 1)]), ("", []), ("(null)", []),
+])
+def test_gres_specs_of_every_version(spec, expected) -> None:
+    assert parse.parse_gres(spec) == expected
+
+
+def test_tres_string_and_list_agree() -> None:
+    as_string = parse.parse_tres("cpu=2,mem=2G,node=1,billing=2,gres/gpu=3,gres/shard=4")
+    as_list = parse.parse_tres([
+        {"type": "cpu", "name": "", "count": 2}, {"type": "mem", "name": None, "count": 2048},
+        {"type": "node", "name": "", "count": 1}, {"type": "billing", "name": "", "count": 2},
+        {"type": "gres", "name": "gpu", "count": 3}, {"type": "gres", "name": "shard", "count": 4},
+        {"type": "energy", "name": "", "count": -2}])
+    assert as_string == as_list
+    assert parse.tres_gpus(parse.parse_tres("gres/gpu:h100=2,gres/gpu:a100=1")) == 3
+
+
+@pytest.mark.parametrize("value, seconds", [
+    ("UNLIMITED", None), ("30", 1800), ("1:00:00", 3600), ("2-03:04:05", 2 * 86400 + 3 * 3600 + 4 * 60 + 5),
+    ("10:30", 630),
+])
+def test_durations(value, seconds) -> None:
+    assert parse._duration_s(value) == seconds
+
+
+def test_exit_codes_from_sacct_text() -> None:
+    assert parse.exit_codes_from_sacct_text("1|0:0\n2|3:0\n3|0:9\n4.batch|1:0\n") == {1: 0, 2: 3, 3: 137}
+
+
+@pytest.mark.parametrize("raw, code", [(0, 0), (768, 3), (9, 137), ({"return_code": {"set": True, "number": 3}}, 3)])
+def test_squeue_exit_codes_of_every_version(raw, code) -> None:
+    assert parse._exit_code(raw) == code
+
+
+def test_errors_in_a_reply_become_one_message() -> None:
+    doc = {"errors": [{"description": "Invalid job id", "error_number": 2017}], "jobs": []}
+    with pytest.raises(SlurmError, match="squeue reported: Invalid job id"):
+        parse.jobs_from_document(doc, "squeue")
+
+
+gres_item = st.tuples(
+    st.sampled_from(["gpu", "shard", "mps"]),
+    st.one_of(st.none(), st.sampled_from(["h100", "a100", "l40s"])),
+    st.integers(0, 64),
+    st.one_of(st.none(), st.lists(st.integers(0, 7), min_size=1, max_size=4)),
+)
+
+
+@given(st.lists(gres_item, max_size=5))
+def test_gres_lists_with_index_details_split_right(items) -> None:
+    """Commas inside '(...)' never split an item, whatever the detail holds."""
+    def render(name, gtype, count, detail):
+        body = ":".join([name, *([gtype] if gtype else []), str(count)])
+        return body + (f"({','.join(f'{d}/4' for d in detail)})" if detail else "")
+
+    spec = ",".join(render(*item) for item in items)
+    assert parse.parse_gres(spec) == [(n, t, c) for n, t, c, _ in items]
