@@ -1,0 +1,32 @@
+"""Scheduling policies behind one interface (`base.Policy`), for the simulator and the daemon."""
+
+from __future__ import annotations
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.placement.base import Placer
+from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, Policy, SpeedModel
+
+POLICY_NAMES = ("fifo", "drf", "tiresias", "optimus")
+
+
+def make_policy(name: str, placer: Placer | None = None, speed: SpeedModel | None = None) -> Policy:
+    """A fresh baseline policy by name; Optimus needs a `speed` model."""
+    name = name.strip().lower()
+    if name == "fifo":
+        from slurm_liquid.policy.fifo import FifoBackfill
+        return FifoBackfill(placer)
+    if name == "drf":
+        from slurm_liquid.policy.drf import DRF
+        return DRF(placer)
+    if name == "tiresias":
+        from slurm_liquid.policy.tiresias import Tiresias
+        return Tiresias(placer)
+    if name == "optimus":
+        if speed is None:
+            raise UsageError("policy optimus needs a speed model")
+        from slurm_liquid.policy.optimus import Optimus
+        return Optimus(speed, placer)
+    raise UsageError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+
+
+__all__ = ["Action", "ClusterView", "JobView", "NodeView", "Policy", "SpeedModel", "POLICY_NAMES", "make_policy"]

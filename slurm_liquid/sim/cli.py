@@ -1,0 +1,102 @@
+"""`slurm-liquid simulate`: replay a workload under one or more policies and compare them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.policy import POLICY_NAMES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--workload", metavar="FILE_OR_DIR",
+                     help="a Pollux-format CSV, or a directory of them (use 'pollux' for the 8 bundled workloads)")
+    src.add_argument("--philly", type=int, metavar="JOBS",
+                     help="a synthetic workload of JOBS consecutive Philly jobs mapped onto the measured applications")
+    parser.add_argument("--philly-time-scale", type=float, default=1.0, metavar="F",
+                        help="multiply Philly inter-arrival times by F (< 1 raises the load; default 1)")
+    parser.add_argument("--policy", default="fifo,drf,tiresias,optimus", metavar="NAME[,NAME...]",
+                        help=f"policies to compare, or 'all' (known: {', '.join(POLICY_NAMES)})")
+    parser.add_argument("--restart-penalty", type=float, default=30.0, metavar="S",
+                        help="seconds lost on every start/restart of a job (artifact: 30; a Slurm requeue costs more)")
+    parser.add_argument("--nodes", type=int, default=16, metavar="N")
+    parser.add_argument("--gpus-per-node", type=int, default=4, metavar="G")
+    parser.add_argument("--interval", type=float, default=60.0, metavar="S", help="scheduling interval (default 60)")
+    parser.add_argument("--nodes-per-switch", type=int, default=None, metavar="K",
+                        help="nodes per leaf switch (default: one switch for all)")
+    parser.add_argument("--cross-switch-slowdown", type=float, default=0.0, metavar="F",
+                        help="rate penalty in [0,1) for jobs spanning leaf switches (default 0)")
+    parser.add_argument("--interference", type=float, default=0.0, metavar="F",
+                        help="the artifact's slowdown for distributed jobs sharing a node (default 0)")
+    parser.add_argument("--placement", default="greedy", metavar="NAME",
+                        help="greedy: the artifact's most-free-node rule (default, used for calibration); "
+                             "liquid: Liquid best-fit; or any other placer of the placement room (ga, slurm, first-fit, random)")
+    parser.add_argument("--alpha", type=float, default=0.5, help="Liquid best-fit network/load trade (default 0.5)")
+    parser.add_argument("--rigid", action="store_true", help="jobs never run on other than the GPUs they asked for")
+    parser.add_argument("--seed", type=int, default=0, help="seed for synthetic workloads (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per policy")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a comparison figure (needs matplotlib)")
+
+
+def _policies(text: str) -> list[str]:
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(POLICY_NAMES)
+    if not names:
+        raise UsageError("--policy: give at least one policy name")
+    unknown = [n for n in names if n not in POLICY_NAMES]
+    if unknown:
+        raise UsageError(f"--policy: unknown policy {unknown[0]!r} (known: {', '.join(POLICY_NAMES)}, all)")
+    return names
+
+
+def _workloads(args: argparse.Namespace) -> tuple[str, dict]:
+    from slurm_liquid.sim.workload import BUNDLED_WORKLOADS, load_philly, load_workload
+
+    if args.philly is not None:
+        label = f"philly-{args.philly}"
+        return label, {label: load_philly(jobs=args.philly, seed=args.seed, time_scale=args.philly_time_scale)}
+    path = BUNDLED_WORKLOADS if args.workload == "pollux" else args.workload
+    from pathlib import Path
+
+    p = Path(path)
+    return (p.name if p.is_dir() else p.stem) or str(path), load_workload(path)
+
+
+def run(args: argparse.Namespace) -> int:
+    from slurm_liquid.errors import LiquidError
+    from slurm_liquid.sim.engine import ClusterConfig
+    from slurm_liquid.sim.runner import make_placer, run_all, summarise
+
+    policies = _policies(args.policy)
+    label, workloads = _workloads(args)
+    try:
+        config = ClusterConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, interval=args.interval,
+                               restart_penalty=args.restart_penalty, nodes_per_switch=args.nodes_per_switch,
+                               cross_switch_slowdown=args.cross_switch_slowdown, interference=args.interference,
+                               elastic=not args.rigid)
+    except LiquidError as exc:
+        raise UsageError(str(exc)) from None
+    config, placer = make_placer(args.placement, config, args.alpha)
+    progress = not args.json and sys.stderr.isatty()
+    results = run_all(workloads, policies, config, placer, progress=progress)
+    summaries = [summarise(p, label, per) for p, per in results.items()]
+    if args.json:
+        json.dump(summaries, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{label}: {len(workloads)} workload(s), {config.nodes}x{config.gpus_per_node} GPUs, "
+              f"restart penalty {config.restart_penalty:g} s")
+        print(f"{'policy':<10} {'avg JCT (h)':>12} {'makespan (h)':>13} {'GPU util':>9} {'restarts':>9}")
+        for s in summaries:
+            print(f"{s['policy']:<10} {s['avg_jct_s'] / 3600:>12.3f} {s['makespan_s'] / 3600:>13.2f} "
+                  f"{s['gpu_utilisation']:>9.1%} {s['restarts']:>9}")
+    if args.plot:
+        from slurm_liquid.sim.plot import plot_comparison
+
+        path = plot_comparison(results, args.plot, title=label)
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
