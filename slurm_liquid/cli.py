@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("slurm_liquid.estimate.cli", "estimate what a DL job needs (GPUs, memory, CPUs)"),
     "place": ("slurm_liquid.placement.cli", "place GPU jobs on a switch topology"),
     "simulate": ("slurm_liquid.sim.cli", "run the trace-driven scheduling simulator"),
+    "policy": ("slurm_liquid.policy.dl2.cli", "train and inspect the DL2 scheduling policy"),
 }
 
 

@@ -9,7 +9,7 @@ daemon keep their own books.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Protocol, Sequence
+from typing import Any, Iterable, Mapping, Protocol, Sequence
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,19 @@ class ClusterState:
     @property
     def gpus_free(self) -> int:
         return sum(n.gpus_free for n in self.nodes.values())
+
+    @classmethod
+    def from_nodes(cls, nodes: Iterable[Any]) -> "ClusterState":
+        """The state of live nodes, as the Slurm client reports them (`slurm_liquid.slurm.Node`).
+
+        A node that is down, drained or failing offers no free GPUs.
+        """
+        return cls({
+            n.name: NodeState(name=n.name, gpus=n.gpus, gpus_free=n.gpus_free, gpu_type=n.gpu_type,
+                              cpus=n.cpus, cpus_free=max(n.cpus - n.cpus_alloc, 0) if n.available else 0,
+                              mem_mib=n.mem_mib,
+                              mem_free_mib=max(n.mem_mib - n.mem_alloc_mib, 0) if n.available else 0)
+            for n in nodes})
 
     def take(self, placement: Placement) -> "ClusterState":
         """The state after `placement` took its GPUs; raises if it would over-commit a node."""

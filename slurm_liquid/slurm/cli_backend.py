@@ -15,6 +15,8 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
+import hostlist
+
 from slurm_liquid.slurm import parse
 from slurm_liquid.slurm.errors import SlurmCommandError, SlurmError
 from slurm_liquid.slurm.models import Job, Node, Partition, SlurmVersion
@@ -27,6 +29,8 @@ COMMENT_LIMIT = 1024  # slurmctld rejects longer comments
 _UPDATE_KEY = re.compile(r"[A-Za-z][A-Za-z0-9]*")
 SCONTROL_JSON_SINCE = SlurmVersion(23, 2, 0)
 SACCT_JSON_EXIT_CODES_SINCE = SlurmVersion(23, 2, 0)
+# 22.05 takes `TresPerNode=gres:gpu:N`; it stores `gres/gpu:N` verbatim but keeps the old GPU count.
+TRES_SLASH_SINCE = SlurmVersion(23, 2, 0)
 
 
 class CliBackend:
@@ -77,7 +81,9 @@ class CliBackend:
             if ids is not None and "Invalid job id" in exc.stderr:
                 return []
             raise
-        return parse.jobs_from_document(doc, "squeue")
+        jobs = parse.jobs_from_document(doc, "squeue")
+        # Slurm 22.05's `squeue --json` ignores --jobs and prints every job: filter here too.
+        return jobs if ids is None else [j for j in jobs if j.job_id in ids]
 
     def job(self, job_id: int) -> Job | None:
         """One job, from slurmctld if it still knows it, else from accounting."""
@@ -91,8 +97,8 @@ class CliBackend:
                    until: datetime | None = None) -> list[Job]:
         """Jobs from slurmdbd (sacct), all users. Without ids or `since`, sacct's default window (today)."""
         filters = ["--allusers"]
-        if job_ids is not None:
-            ids = sorted({int(j) for j in job_ids})
+        ids = sorted({int(j) for j in job_ids}) if job_ids is not None else None
+        if ids is not None:
             if not ids:
                 return []
             filters.append("--jobs=" + ",".join(map(str, ids)))
@@ -106,7 +112,7 @@ class CliBackend:
                 "sacct", "--noheader", "--parsable2", "--allocations", "--format=JobIDRaw,ExitCode", *filters))
             jobs = [dataclasses.replace(j, exit_code=codes.get(j.job_id, j.exit_code)) if j.is_finished else j
                     for j in jobs]
-        return jobs
+        return jobs if ids is None else [j for j in jobs if j.job_id in ids]
 
     def nodes(self) -> list[Node]:
         if self.version() >= SCONTROL_JSON_SINCE:
@@ -165,6 +171,20 @@ class CliBackend:
                 raise SlurmError(f"invalid job field {key}={value!r}")
             pairs.append(f"{key}={value}")
         self._run("scontrol", "update", f"JobId={int(job_id)}", *pairs)
+
+    def resize(self, job_id: int, gpus_per_node: int, num_nodes: int | None = None,
+               nodes: Sequence[str] | None = None, gpu_type: str | None = None) -> None:
+        """Set a pending (or requeue-held) job's GPUs per node, node count and node list in one update."""
+        if gpus_per_node < 0 or (num_nodes is not None and num_nodes < 1):
+            raise SlurmError(f"job {job_id}: cannot resize to {gpus_per_node} GPUs per node on {num_nodes} nodes")
+        prefix = "gres/" if self.version() >= TRES_SLASH_SINCE else "gres:"
+        fields: dict[str, str | int] = {"TresPerNode": prefix + ":".join(["gpu", *([gpu_type] if gpu_type else []),
+                                                                           str(gpus_per_node)])}
+        if num_nodes is not None:
+            fields["NumNodes"] = num_nodes
+        if nodes:
+            fields["ReqNodeList"] = hostlist.collect_hostlist(list(nodes))
+        self.update_job(job_id, **fields)
 
     def set_comment(self, job_id: int, comment: str) -> None:
         if len(comment) > COMMENT_LIMIT:

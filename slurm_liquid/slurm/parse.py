@@ -166,8 +166,9 @@ def tres_gpus(tres: Mapping[str, float]) -> int:
 # ---------------------------------------------------------------- documents
 
 def check_document(doc: Mapping[str, Any], command: str) -> None:
-    """Raise SlurmError when a JSON reply carries errors."""
-    errors = doc.get("errors") or []
+    """Raise SlurmError when a JSON reply carries errors (22.05's "Nothing found" is an empty answer)."""
+    errors = [e for e in doc.get("errors") or []
+              if not (isinstance(e, Mapping) and e.get("description") == "Nothing found")]
     if errors:
         messages = "; ".join(text(e.get("description") or e.get("error") or e) if isinstance(e, Mapping) else text(e)
                              for e in errors)

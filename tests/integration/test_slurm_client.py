@@ -63,10 +63,10 @@ def test_failed_job_reports_its_exit_code(cluster: Cluster) -> None:
 
 def test_hold_update_comment_release(cluster: Cluster) -> None:
     client = cluster.client
-    job_id = client.submit(script("sleep 1"), ["--hold", "-G", "1", "--output=/dev/null"])
+    job_id = client.submit(script("sleep 1"), ["--hold", "--gres=gpu:1", "--output=/dev/null"])
     held = client.job(job_id)
     assert held.is_pending and held.held
-    client.update_job(job_id, TresPerNode="gres/gpu:3", ReqNodeList="gpu04")
+    client.resize(job_id, gpus_per_node=3, nodes=["gpu04"])
     client.set_comment(job_id, "liquid:v1 placed=gpu04")
     client.release(job_id)
     done = wait_for(f"released job {job_id} to end", lambda: finished(cluster, job_id))
@@ -75,13 +75,13 @@ def test_hold_update_comment_release(cluster: Cluster) -> None:
 
 def test_requeue_hold_and_resize_keeps_the_job_id(cluster: Cluster) -> None:
     client = cluster.client
-    job_id = client.submit(script("sleep 300"), ["-G", "1", "--output=/dev/null"])
+    job_id = client.submit(script("sleep 300"), ["--gres=gpu:1", "--output=/dev/null"])
     wait_for(f"job {job_id} to run", lambda: client.job(job_id).is_running)
     client.requeue_hold(job_id)
     requeued = wait_for(f"job {job_id} to be requeued and held",
                         lambda: (j := client.job(job_id)) and j.is_pending and j.held and j)
     assert requeued.restarts == 1
-    client.update_job(job_id, TresPerNode="gres/gpu:2")
+    client.resize(job_id, gpus_per_node=2)
     client.release(job_id)
     running = wait_for(f"job {job_id} to run again", lambda: (j := client.job(job_id)) and j.is_running and j,
                        timeout=180)

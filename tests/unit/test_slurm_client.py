@@ -149,6 +149,23 @@ def test_matching_pyslurm_sends_writes_as_rpcs(monkeypatch) -> None:
     assert connect("cli", runner=runner).name == "cli"
 
 
+@pytest.mark.parametrize("version, tres", [("22.05", "gres:gpu:h100:2"), ("24.11", "gres/gpu:h100:2")])
+def test_resize_speaks_each_versions_gres_syntax(version: str, tres: str) -> None:
+    runner = RecordedRunner(version)
+    CliBackend(runner).resize(9, gpus_per_node=2, num_nodes=2, nodes=["gpu02", "gpu01"], gpu_type="h100")
+    assert runner.calls[-1] == ["scontrol", "update", "JobId=9", f"TresPerNode={tres}", "NumNodes=2",
+                                "ReqNodeList=gpu[01-02]"]
+    with pytest.raises(SlurmError, match="cannot resize"):
+        CliBackend(runner).resize(9, gpus_per_node=2, num_nodes=0)
+
+
+def test_nothing_found_is_an_empty_answer() -> None:
+    doc = {"errors": [{"description": "Nothing found", "error_number": 0}], "jobs": []}
+    from slurm_liquid.slurm import parse
+
+    assert parse.jobs_from_document(doc, "sacct") == []
+
+
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(SlurmError, match="unknown Slurm backend 'slurmrestd'"):
         connect("slurmrestd")
@@ -158,3 +175,15 @@ def test_real_pyslurm_when_installed() -> None:
     pyslurm = pytest.importorskip(
         "pyslurm", reason="pyslurm is not installed: PyPI builds it only for Slurm 25.11, which no Debian suite ships")
     assert hasattr(pyslurm, "Job") and hasattr(pyslurm.Job, "requeue")
+
+
+@pytest.mark.parametrize("version", ["22.05", "24.11"])
+def test_job_ids_are_filtered_even_where_squeue_json_ignores_them(version: str) -> None:
+    """Slurm 22.05's `squeue --json --jobs=N` prints every job; the client keeps only the ones asked for."""
+    client = CliBackend(RecordedRunner(version))
+    everything = client.jobs()
+    assert len(everything) > 2
+    wanted = {everything[0].job_id, everything[-1].job_id}
+    assert {j.job_id for j in client.jobs(wanted)} == wanted
+    assert client.jobs([999999]) == []
+    assert all(j.job_id in wanted for j in client.accounting(wanted))
