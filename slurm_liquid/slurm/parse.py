@@ -2,8 +2,8 @@
 
 Slurm 22.05 speaks openapi v0.0.38 (plain numbers, states as strings, `gres:gpu:2`),
 24.11 speaks data_parser v0.0.42 (numbers as `{set, infinite, number}`, states as lists,
-comments in sacct as `{job, administrator, system}`, `gres/gpu:2`), and 26.05 a later
-data_parser of the same family. Each helper below accepts every shape it has been seen in,
+comments in sacct as `{job, administrator, system}`, `gres/gpu:2`), and 26.05 data_parser
+v0.0.45, of the same family. Each helper below accepts every shape it has been seen in,
 and the recorded outputs in tests/fixtures/slurm/ pin that down.
 """
 

@@ -1,4 +1,4 @@
-"""JSON normalisation against outputs recorded from real Slurm 22.05 and 24.11 (tests/fixtures/slurm/).
+"""JSON normalisation against outputs recorded from real Slurm 22.05, 24.11 and 26.05 (tests/fixtures/slurm/).
 
 Every version must give the same typed answer for the same scenario; capture.py beside the
 fixtures replays that scenario on a fresh cluster.
@@ -19,7 +19,7 @@ from tests.unit.recorded import FIXTURES, VERSIONS, RecordedRunner
 
 
 def test_fixtures_cover_every_shipped_major_version() -> None:
-    assert {"22.05", "24.11"} <= set(VERSIONS)
+    assert {"22.05", "24.11", "26.05"} <= set(VERSIONS)
 
 
 class Recorded:
