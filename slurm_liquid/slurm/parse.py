@@ -338,8 +338,12 @@ def _duration_s(value: str) -> int | None:
 
 def jobs_from_document(doc: Mapping[str, Any], command: str) -> list[Job]:
     check_document(doc, command)
-    parse = job_from_sacct if command.startswith("sacct") else job_from_squeue
-    return [parse(raw) for raw in doc.get("jobs") or []]
+    if not command.startswith("sacct"):
+        return [job_from_squeue(raw) for raw in doc.get("jobs") or []]
+    # When a step's record reaches slurmdbd before its job's, slurmdbd stores a placeholder
+    # (name "allocation", no partition, partial nodes) and fills it in later; seen on 22.05 under
+    # load. Every real job has a partition, so a record without one is not reported yet.
+    return [job for job in map(job_from_sacct, doc.get("jobs") or []) if job.partition]
 
 
 def nodes_from_document(doc: Mapping[str, Any], command: str) -> list[Node]:

@@ -183,6 +183,15 @@ def test_squeue_exit_codes_of_every_version(raw, code) -> None:
     assert parse._exit_code(raw) == code
 
 
+def test_accounting_placeholders_are_not_reported_yet(recorded: Recorded) -> None:
+    """slurmdbd's placeholder for a job whose step arrived first: no partition, name 'allocation'."""
+    doc = recorded.doc("sacct.json")
+    real = doc["jobs"][0]
+    placeholder = dict(real, job_id=99, name="allocation", partition="")
+    jobs = parse.jobs_from_document(dict(doc, jobs=[real, placeholder]), "sacct")
+    assert [j.job_id for j in jobs] == [real["job_id"]]
+
+
 def test_errors_in_a_reply_become_one_message() -> None:
     doc = {"errors": [{"description": "Invalid job id", "error_number": 2017}], "jobs": []}
     with pytest.raises(SlurmError, match="squeue reported: Invalid job id"):
