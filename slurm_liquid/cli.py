@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import logging
 import sys
 from typing import Sequence
@@ -28,24 +27,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:  # its parent package is absent
-        return False
-
-
-def _available() -> dict[str, tuple[str, str]]:
-    return {name: row for name, row in SUBCOMMANDS.items() if _installed(row[0])}
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="slurm-liquid", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"slurm-liquid {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log what it does to stderr (-v: decisions, -vv: every command run)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in _available().items():
+    for name, (module, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
@@ -62,8 +50,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if top.command is None:
         parser.print_help()
         return 2
-    module_name, help_text = _available()[top.command]
-    module = importlib.import_module(module_name)
+    # Only the chosen subcommand's module is imported: `slurm-liquid estimate`, which runs inside
+    # every sbatch, must not pay for numpy or the simulator.
+    module_name, help_text = SUBCOMMANDS[top.command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            print(f"slurm-liquid {top.command}: not available in this installation ({exc})", file=sys.stderr)
+            return 2
+        raise
     sub_parser = argparse.ArgumentParser(prog=f"slurm-liquid {top.command}", description=help_text)
     module.add_arguments(sub_parser)
     args = sub_parser.parse_args(rest)

@@ -1,0 +1,103 @@
+"""One call for the submit path: job spec in, memory estimate and resource decision out."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from slurm_liquid.estimate.catalog import ModelEntry, load_catalog
+from slurm_liquid.estimate.decide import Decision, decide
+from slurm_liquid.estimate.gpus import GpuType, load_gpu_table
+from slurm_liquid.estimate.prior import CONTEXT_MIB, MIB, Breakdown, breakdown, resolve_entry
+from slurm_liquid.errors import UsageError
+from slurm_liquid.jobspec import JobSpec
+
+SITE_ENV = "SLURM_LIQUID_SITE"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    spec: JobSpec
+    entry: ModelEntry
+    gpu: GpuType
+    prior: Breakdown             # analytic, on the chosen width
+    factor: float                # learned correction (1.0 without a fitted model)
+    decision: Decision
+    correction_meta: dict[str, Any]
+
+    @property
+    def gpu_mem_mib(self) -> int:
+        return self.decision.need_mib
+
+    def explanation(self) -> str:
+        d = self.decision
+        why = (f"{self.entry.name} needs ~{d.need_mib} MiB per GPU at micro-batch "
+               f"{d.per_gpu.micro_batch}")
+        if self.factor != 1.0:
+            why += f" (analytic {int(self.prior.total / MIB)} MiB x learned {self.factor:.2f})"
+        if not d.fits:
+            return why + f"; does not fit {d.gpus} x {self.gpu.name} ({d.card_mib} MiB) even sharded"
+        if d.shards:
+            return why + f"; fits {d.shards}/16 of one {self.gpu.name} ({d.card_mib} MiB): shared GPU"
+        shard = f", sharded with {d.sharding}" if d.sharding != "none" else ""
+        auto = " (model states alone exceed one card)" if d.auto_sharded else ""
+        return why + f"; smallest fit: {d.gpus} x {self.gpu.name} ({d.card_mib} MiB){shard}{auto}"
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "model": self.entry.name, "family": self.entry.family, "params": self.entry.params,
+            "gpu_mem_mib": d.need_mib, "gpus": d.gpus, "nodes": d.nodes, "gres": d.gres,
+            "shards": d.shards, "gpu_type": self.gpu.name, "gpu_mem_total_mib": d.card_mib,
+            "fits": d.fits, "sharding": d.sharding, "micro_batch": d.per_gpu.micro_batch,
+            "cpus_per_gpu": d.cpus_per_gpu, "host_mem_mib_per_gpu": d.host_mem_mib_per_gpu,
+            "scaling_efficiency": d.efficiency, "max_efficient_gpus": d.max_efficient_gpus,
+            "breakdown_mib": d.per_gpu.as_mib(), "prior_mib": int(self.prior.total / MIB),
+            "correction_factor": round(self.factor, 3),
+            "correction": self.correction_meta.get("method", "none"),
+            "asked_gpus": self.spec.gpus, "explanation": self.explanation(),
+            "notes": list(self.spec.notes),
+        }
+
+
+CORRECTION_ENV = "SLURM_LIQUID_CORRECTION"
+
+
+@lru_cache(maxsize=4)
+def _load_correction(path: str) -> Any:
+    from slurm_liquid.estimate import correction  # only when a fitted model is configured
+
+    return correction.load(path)
+
+
+def correction_path(explicit: str | None) -> str | None:
+    """--correction FILE, else $SLURM_LIQUID_CORRECTION; "none" turns it off."""
+    path = explicit or os.environ.get(CORRECTION_ENV) or None
+    return None if path in (None, "", "none") else path
+
+
+def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None,
+             correction: str | None = None) -> Estimate:
+    """Estimate what `spec` needs. Raises UsageError for bad input (never anything else on
+    well-formed files)."""
+    site = site or os.environ.get(SITE_ENV) or None
+    catalog = load_catalog(site)
+    table = load_gpu_table(site)
+    if not spec.batch_size:
+        raise UsageError("batch-size: needed (global batch per optimizer step)")
+    entry = resolve_entry(spec, catalog)
+    gpu = table.lookup(gpu_type or spec.gpu_type or table.default)
+    path = correction_path(correction)
+    fitted = _load_correction(path) if path else None
+    context = CONTEXT_MIB
+
+    def need(n: int, sharding: str) -> Breakdown:
+        prior = breakdown(entry, spec, n, sharding, context)
+        return prior.scaled(fitted.factor(entry, spec, prior)) if fitted else prior
+
+    decision = decide(entry, spec, gpu, table, need)
+    prior = breakdown(entry, spec, decision.gpus, decision.sharding, context)
+    factor = fitted.factor(entry, spec, prior) if fitted else 1.0
+    return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {})

@@ -1,0 +1,176 @@
+"""Model catalogue: parameter counts and activation coefficients (data in data/models.json).
+
+Names match forgivingly: case, `-`/`_`/`.`, `V2` vs `_v2`, hub prefixes and common suffixes
+(`google-bert/bert-large-uncased`, `Llama-2-7b-hf`) all find the same entry. A site file (JSON,
+or TOML on Python >= 3.11) adds or replaces entries: `{"models": [{"name": ..., ...}]}`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields
+from functools import lru_cache
+import os
+from typing import Any, Mapping
+
+from slurm_liquid.errors import UsageError
+
+# package data next to this file (importlib.resources / pathlib would add imports to the submit path)
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+FAMILIES = ("cnn", "vit", "detection", "encoder", "decoder", "seq2seq", "rnn", "recsys")
+TRANSFORMER_FAMILIES = ("encoder", "decoder", "seq2seq")
+# suffixes that name a checkpoint flavour, not a different architecture
+_FLAVOURS = ("uncased", "cased", "hf", "chathf", "chat", "instruct", "v01", "v02", "v03",
+             "pretrained", "torchvision", "imagenet", "base")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    family: str
+    params: int
+    aliases: tuple[str, ...] = ()
+    builder: str = ""                 # how the profiling harness builds it
+    image_size: int = 224             # reference input side (cnn, vit, detection)
+    seq_len: int = 512                # default sequence length (transformers, rnn)
+    act_bytes: float = 0.0            # fp32 bytes saved for backward per sample at image_size
+    act_source: str = ""              # where act_bytes comes from
+    layers: float = 0                 # transformer: layers (encoder + decoder for seq2seq)
+    hidden: float = 0
+    heads: float = 0
+    ffn: float = 0
+    vocab: int = 0
+    gated_mlp: bool = False           # SwiGLU-style MLP (llama, mistral, t5 v1.1)
+    flash: bool = False               # attention without the s^2 score matrix saved
+    lm_head: bool = False             # full-vocabulary logits in the loss
+    act_scale: float = 1.0            # activations relative to the standard layer formula
+    gflops: float = 0.0               # forward GFLOPs per sample at image_size (scaling model)
+    hf_config: tuple[tuple[str, Any], ...] = ()
+    notes: str = ""
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.family in TRANSFORMER_FAMILIES
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str) -> "ModelEntry":
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise UsageError(f"{where}: model {data.get('name', '?')!r}: unknown field(s) "
+                             f"{', '.join(sorted(unknown))}")
+        values = dict(data)
+        try:
+            values["aliases"] = tuple(values.get("aliases", ()))
+            values["hf_config"] = tuple(sorted(dict(values.get("hf_config", {})).items()))
+            values["params"] = int(float(values["params"]))
+            entry = cls(**values)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{where}: model {data.get('name', '?')!r}: {exc}") from None
+        if entry.family not in FAMILIES:
+            raise UsageError(f"{where}: model {entry.name!r}: family must be one of {', '.join(FAMILIES)}")
+        if entry.params <= 0:
+            raise UsageError(f"{where}: model {entry.name!r}: params must be positive")
+        return entry
+
+
+def name_key(name: str) -> str:
+    """`ResNet-50`, `resnet_50` and `resnet50` -> `resnet50`; drops a hub prefix."""
+    base = name.strip().rsplit("/", 1)[-1].lower()
+    return re.sub(r"[^a-z0-9]", "", base)
+
+
+def _keys(name: str) -> list[str]:
+    key = name_key(name)
+    out = [key]
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _FLAVOURS:
+            if out[-1].endswith(suffix) and len(out[-1]) > len(suffix) + 2:
+                out.append(out[-1][: -len(suffix)])
+                changed = True
+    return out
+
+
+def _read(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(f"site file {path}: cannot read it: {reason}") from None
+    try:
+        if path.endswith(".toml"):
+            import tomllib
+            return tomllib.loads(text)
+        return json.loads(text)
+    except (ValueError, ImportError) as exc:
+        kind = "TOML" if path.endswith(".toml") else "JSON"
+        raise UsageError(f"site file {path}: not valid {kind}: {exc}") from None
+
+
+def _data(name: str) -> Any:
+    with open(os.path.join(DATA_DIR, name), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+@dataclass
+class Catalog:
+    entries: dict[str, ModelEntry] = field(default_factory=dict)
+    index: dict[str, str] = field(default_factory=dict)
+
+    def add(self, entry: ModelEntry) -> None:
+        self.entries[entry.name] = entry
+        for alias in (entry.name, *entry.aliases):
+            self.index[name_key(alias)] = entry.name
+
+    def find(self, name: str) -> ModelEntry | None:
+        for key in _keys(name):
+            if key in self.index:
+                return self.entries[self.index[key]]
+        return None
+
+    def lookup(self, name: str) -> ModelEntry:
+        """The entry for `name`, or a UsageError listing close matches."""
+        entry = self.find(name)
+        if entry is not None:
+            return entry
+        key = name_key(name)
+        import difflib  # only for the error message
+
+        close = difflib.get_close_matches(key, list(self.index), n=4, cutoff=0.5)
+        names = list(dict.fromkeys(self.index[k] for k in close))
+        hint = f"; close matches: {', '.join(names)}" if names else ""
+        raise UsageError(f"model: unknown model {name!r}{hint}; or give params=<count> "
+                         "family=<cnn|encoder|decoder|...>, or add it in a site file")
+
+    def names(self) -> list[str]:
+        return sorted(self.entries)
+
+
+@lru_cache(maxsize=8)
+def load_catalog(site: str | None = None) -> Catalog:
+    """The shipped catalogue, plus a site file's `models` when given."""
+    catalog = Catalog()
+    shipped = _data("models.json")
+    for item in shipped["models"]:
+        catalog.add(ModelEntry.from_mapping(item, "models.json"))
+    if site:
+        data = _read(site)
+        for item in data.get("models", []):
+            if not isinstance(item, Mapping):
+                raise UsageError(f"site file {site}: each entry of models must be a table/object")
+            catalog.add(ModelEntry.from_mapping(item, f"site file {site}"))
+    return catalog
+
+
+def site_section(site: str | None, section: str) -> Mapping[str, Any]:
+    """One section (e.g. `gpus`) of the site file, empty without one."""
+    if not site:
+        return {}
+    value = _read(site).get(section, {})
+    if not isinstance(value, Mapping):
+        raise UsageError(f"site file {site}: {section} must be a table/object")
+    return value

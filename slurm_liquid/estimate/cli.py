@@ -1,0 +1,157 @@
+"""`slurm-liquid estimate`: what a DL job needs; `estimate train` fits the correction;
+`estimate profile` measures peaks with PyTorch (the ground truth for both).
+
+    slurm-liquid estimate --model resnet50 --batch-size 256 --precision amp --json
+    slurm-liquid estimate --script job.sbatch --gpu-type a100-40gb
+    slurm-liquid estimate train --history history.csv --out correction.json
+    slurm-liquid estimate profile --models resnet50,bert-base --batch-sizes 32,64 --out runs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.jobspec import JobSpec, add_arguments as add_spec_arguments, parse_comment, parse_script
+
+
+def _list(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--script", metavar="FILE", help="batch script: #LIQUID lines, #SBATCH, training flags")
+    parser.add_argument("--comment", metavar="TEXT", help="a Slurm --comment; `liquid: k=v ...` is read")
+    parser.add_argument("--site", metavar="FILE", help="site file (JSON/TOML): extra models, GPU types, "
+                        "defaults (or $SLURM_LIQUID_SITE)")
+    parser.add_argument("--correction", metavar="FILE", help="fitted correction JSON (or "
+                        "$SLURM_LIQUID_CORRECTION; `none` for the prior alone)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_spec_arguments(parser)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    train = sub.add_parser("train", help="fit the learned correction from history records")
+    train.add_argument("--history", action="append", required=True, metavar="FILE",
+                       help="CSV/JSONL history (repeatable)")
+    train.add_argument("--out", default="correction.json", metavar="FILE", help="where to save it")
+    train.add_argument("--method", choices=("rf", "gbr"), default="rf")
+    train.add_argument("--quantile", type=float, default=0.9, help="upper quantile to report (0.5-0.99)")
+    prof = sub.add_parser("profile", help="train a few steps with PyTorch and record peak memory")
+    prof.add_argument("--models", dest="profile_models", required=True, type=_list, metavar="A,B")
+    prof.add_argument("--batch-sizes", dest="profile_batches", required=True, type=_list, metavar="N,M")
+    prof.add_argument("--precisions", dest="profile_precisions", type=_list, default=["fp32"], metavar="P,Q")
+    prof.add_argument("--optimizer", dest="profile_optimizer", default="adamw")
+    prof.add_argument("--seq-len", dest="profile_seq", type=int, default=None)
+    prof.add_argument("--image-size", dest="profile_image", type=int, default=None)
+    prof.add_argument("--device", dest="profile_device", default="cuda", help="cuda, cuda:1 or cpu")
+    prof.add_argument("--steps", dest="profile_steps", type=int, default=3)
+    prof.add_argument("--out", dest="profile_out", required=True, metavar="CSV", help="rows are appended")
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise UsageError(f"{what} {path}: cannot read it: {reason}") from None
+
+
+def _explicit(spec: JobSpec) -> dict[str, object]:
+    inferred = ("training command", "#SBATCH --gres", "#SBATCH --gpus")
+    return {k: v for k, v in spec.to_dict().items()
+            if not any(tag in spec.sources.get(k, "") for tag in inferred)}
+
+
+def job_spec(args: argparse.Namespace) -> JobSpec:
+    """Flags > (#LIQUID lines and `liquid:` comment, which must agree) > inferred values."""
+    layers = []
+    if args.comment:
+        layers.append(parse_comment(args.comment))
+    if args.script:
+        layers.append(parse_script(_read(args.script, "script")))
+    if len(layers) == 2:
+        a, b = (_explicit(s) for s in layers)
+        for key in sorted(a.keys() & b.keys()):
+            if a[key] != b[key]:
+                raise UsageError(f"conflicting directives for {key}: {a[key]!r} (--comment) "
+                                 f"and {b[key]!r} ({layers[1].sources[key]} of the script)")
+    return JobSpec.from_args(args).merged(*layers)
+
+
+def _run_estimate(args: argparse.Namespace) -> int:
+    from slurm_liquid.estimate.api import estimate
+
+    spec = job_spec(args)
+    result = estimate(spec, site=args.site, correction=args.correction)
+    if args.json:
+        print(json.dumps(result.to_json(), sort_keys=False))
+    else:
+        print(_text(result.to_json()))
+    return 0 if result.decision.fits else 1
+
+
+def _text(out: dict) -> str:
+    b = out["breakdown_mib"]
+    lines = [out["explanation"], "",
+             f"per-GPU memory (MiB), micro-batch {out['micro_batch']}, sharding {out['sharding']}:"]
+    lines += [f"  {name:12s} {b[name]:>9,}" for name in b]
+    lines += [f"  {'total':12s} {out['gpu_mem_mib']:>9,}   (prior {out['prior_mib']:,} x correction "
+              f"{out['correction_factor']} [{out['correction']}])", "",
+              f"request:  --gres={out['gres']} --nodes={out['nodes']}  "
+              f"({out['gpus']} GPU(s) of {out['gpu_type']}, {out['gpu_mem_total_mib']:,} MiB each)",
+              f"cpus/gpu: {out['cpus_per_gpu']}   host memory/gpu: {out['host_mem_mib_per_gpu']:,} MiB",
+              f"scaling:  efficiency {out['scaling_efficiency']:.2f} at {out['gpus']} GPU(s); "
+              f"widest efficient width {out['max_efficient_gpus']}"]
+    if out["asked_gpus"]:
+        lines.append(f"asked:    {out['asked_gpus']} GPU(s)")
+    lines += [f"note:     {note}" for note in out["notes"]]
+    return "\n".join(lines)
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from slurm_liquid.estimate.api import SITE_ENV
+    from slurm_liquid.estimate.catalog import load_catalog
+    from slurm_liquid.estimate.correction import features, fit
+    from slurm_liquid.estimate.history import read_history
+    import os
+
+    if not 0.5 <= args.quantile < 1.0:
+        raise UsageError(f"quantile: {args.quantile} is outside 0.5..0.99")
+    catalog = load_catalog(args.site or os.environ.get(SITE_ENV) or None)
+    records = [r for path in args.history for r in read_history(path, catalog)]
+    x = [features(r.entry, r.spec, r.prior) for r in records]
+    y = [r.log_ratio for r in records]
+    model = fit(x, y, args.method, args.quantile, meta={"history": [str(p) for p in args.history]})
+    from pathlib import Path
+
+    model.save(Path(args.out))
+    print(f"trained {args.method} on {len(records)} rows -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def _run_profile(args: argparse.Namespace) -> int:
+    from slurm_liquid.estimate.catalog import load_catalog
+    from pathlib import Path
+
+    from slurm_liquid.estimate.profile import run_grid
+
+    catalog = load_catalog(args.site)
+    entries = [catalog.lookup(name) for name in args.profile_models]
+    try:
+        batches = [int(b) for b in args.profile_batches]
+    except ValueError:
+        raise UsageError("batch-sizes: whole numbers separated by commas") from None
+    run_grid(entries, batches, args.profile_precisions, args.profile_optimizer, args.profile_device,
+             args.profile_steps, Path(args.profile_out), args.profile_seq, args.profile_image)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "action", None)
+    if action == "train":
+        return _run_train(args)
+    if action == "profile":
+        return _run_profile(args)
+    return _run_estimate(args)

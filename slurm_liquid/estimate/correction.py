@@ -1,0 +1,169 @@
+"""Learned correction: log(measured / prior) from history, reported as an upper quantile.
+
+Training uses scikit-learn (imported only by `fit`); the fitted trees are exported to a plain JSON
+file (arrays of split features, thresholds, children and leaf values) with training metadata.
+Loading it executes no code and evaluating it needs no numpy: a few hundred comparisons in pure
+Python, so the submit path stays fast. Two methods, compared by the benchmark:
+
+- `rf`: random forest of the mean log-ratio + a split-conformal margin (the `quantile` of
+  out-of-bag residuals), so that about (1 - quantile) of jobs are under-estimated;
+- `gbr`: gradient boosting with the quantile (pinball) loss at `quantile`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.estimate.catalog import FAMILIES, ModelEntry
+from slurm_liquid.estimate.prior import OPTIMIZER_STATES, Breakdown
+from slurm_liquid.jobspec import JobSpec
+
+FORMAT = "slurm-liquid-correction"
+VERSION = 1
+FEATURES = ("log10_params", "log10_micro_batch", "family", "half_precision", "optimizer_states",
+            "checkpointing", "activation_share", "log10_prior_tensors_mib", "log10_input_size")
+# a correction outside this band means the model learnt something absurd: clamp, never trust blindly
+LOG_RATIO_BOUNDS = (math.log(0.5), math.log(4.0))
+
+
+def features(entry: ModelEntry, spec: JobSpec, prior: Breakdown) -> list[float]:
+    size = (spec.seq_len or entry.seq_len) if entry.is_transformer or entry.family == "rnn" \
+        else (spec.image_size or entry.image_size) ** 2
+    return [
+        math.log10(entry.params),
+        math.log10(prior.micro_batch),
+        float(FAMILIES.index(entry.family)),
+        0.0 if (spec.precision or "fp32") == "fp32" else 1.0,
+        float(OPTIMIZER_STATES[spec.optimizer or "adamw"]),
+        1.0 if spec.checkpointing else 0.0,
+        prior.activations / max(prior.tensors, 1.0),
+        math.log10(max(prior.tensors, 1.0) / 2 ** 20),
+        math.log10(max(size, 1)),
+    ]
+
+
+@dataclass(frozen=True)
+class Tree:
+    feature: tuple[int, ...]
+    threshold: tuple[float, ...]
+    left: tuple[int, ...]
+    right: tuple[int, ...]
+    value: tuple[float, ...]
+
+    def predict(self, x: Sequence[float]) -> float:
+        node = 0
+        while self.left[node] != -1:
+            node = self.left[node] if x[self.feature[node]] <= self.threshold[node] else self.right[node]
+        return self.value[node]
+
+
+@dataclass(frozen=True)
+class Correction:
+    """log-ratio = base + scale * sum(tree(x)) + margin, clamped."""
+
+    base: float
+    scale: float
+    margin: float
+    trees: tuple[Tree, ...]
+    meta: dict[str, Any]
+
+    def log_ratio(self, x: Sequence[float]) -> float:
+        raw = self.base + self.scale * sum(t.predict(x) for t in self.trees) + self.margin
+        return min(max(raw, LOG_RATIO_BOUNDS[0]), LOG_RATIO_BOUNDS[1])
+
+    def factor(self, entry: ModelEntry, spec: JobSpec, prior: Breakdown) -> float:
+        return math.exp(self.log_ratio(features(entry, spec, prior)))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "features": list(FEATURES), "base": self.base,
+                "scale": self.scale, "margin": self.margin, "meta": self.meta,
+                "trees": [{"feature": t.feature, "threshold": t.threshold, "left": t.left,
+                           "right": t.right, "value": t.value} for t in self.trees]}
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), separators=(",", ":")))
+        os.replace(tmp, path)  # readers never see half a file
+
+
+def load(path: str | Path) -> Correction:
+    """Read a fitted correction; anything malformed is a UsageError naming the file and field."""
+    where = f"correction file {path}"
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"{where}: cannot read it: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise UsageError(f"{where}: format is not {FORMAT!r}")
+    if doc.get("version") != VERSION or list(doc.get("features", [])) != list(FEATURES):
+        raise UsageError(f"{where}: version/features differ from this slurm-liquid; retrain it "
+                         "with `slurm-liquid estimate train`")
+    try:
+        trees = tuple(_tree(t, len(FEATURES)) for t in doc["trees"])
+        return Correction(base=float(doc["base"]), scale=float(doc["scale"]),
+                          margin=float(doc["margin"]), trees=trees, meta=dict(doc.get("meta", {})))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: malformed tree data: {exc}") from None
+
+
+def _tree(data: dict[str, Any], n_features: int) -> Tree:
+    tree = Tree(*(tuple(data[k]) for k in ("feature", "threshold", "left", "right", "value")))
+    n = len(tree.value)
+    if not n or any(len(getattr(tree, k)) != n for k in ("feature", "threshold", "left", "right")):
+        raise ValueError("arrays of unequal length")
+    for i in range(n):
+        if tree.left[i] != -1:
+            # children come after their parent, so a walk always ends
+            if not (i < tree.left[i] < n and i < tree.right[i] < n and 0 <= tree.feature[i] < n_features):
+                raise ValueError(f"node {i} points outside the tree")
+    return Tree(tree.feature, tuple(map(float, tree.threshold)), tree.left, tree.right,
+                tuple(map(float, tree.value)))
+
+
+def _export(estimator: Any, value_scale: float = 1.0) -> Tree:
+    t = estimator.tree_
+    return Tree(tuple(int(v) for v in t.feature), tuple(float(v) for v in t.threshold),
+                tuple(int(v) for v in t.children_left), tuple(int(v) for v in t.children_right),
+                tuple(float(v) * value_scale for v in t.value[:, 0, 0]))
+
+
+def fit(x: Sequence[Sequence[float]], y: Sequence[float], method: str = "rf", quantile: float = 0.9,
+        seed: int = 0, meta: dict[str, Any] | None = None) -> Correction:
+    """Fit on feature rows `x` and log-ratios `y`."""
+    import numpy as np
+
+    if len(y) < 5:
+        raise UsageError(f"history: {len(y)} usable rows; need at least 5 to learn a correction")
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    info = {"method": method, "quantile": quantile, "rows": len(ya),
+            "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **(meta or {})}
+    if method == "gbr":
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        model = GradientBoostingRegressor(loss="quantile", alpha=quantile, n_estimators=150,
+                                          max_depth=3, learning_rate=0.05, subsample=0.8,
+                                          min_samples_leaf=3, random_state=seed).fit(xa, ya)
+        base = float(model.init_.predict(xa[:1])[0]) if hasattr(model.init_, "predict") \
+            else float(np.quantile(ya, quantile))
+        trees = tuple(_export(e) for e in model.estimators_[:, 0])
+        return Correction(base, float(model.learning_rate), 0.0, trees, info)
+    if method == "rf":
+        from sklearn.ensemble import RandomForestRegressor
+
+        model = RandomForestRegressor(n_estimators=100, min_samples_leaf=2, max_features=0.6,
+                                      oob_score=True, random_state=seed).fit(xa, ya)
+        residuals = ya - model.oob_prediction_
+        margin = float(np.quantile(residuals, quantile))
+        trees = tuple(_export(e) for e in model.estimators_)
+        info["oob_r2"] = float(model.oob_score_)
+        return Correction(0.0, 1.0 / len(trees), margin, trees, info)
+    raise UsageError(f"method: {method!r} is not rf or gbr")

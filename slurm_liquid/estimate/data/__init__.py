@@ -1,0 +1,1 @@
+"""Package data of the estimator: models.json (catalogue) and gpus.json (GPU types)."""

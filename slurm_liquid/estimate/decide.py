@@ -1,0 +1,121 @@
+"""Decisions from the memory estimate: GPU count, sharding, GRES string, shards, CPUs, host memory.
+
+- GPU count: the smallest data-parallel width whose per-GPU peak fits the card (less headroom);
+  one node's widths first (1..gpus_per_node), then whole nodes. When the model states alone do
+  not fit one card the job is sharded (ZeRO-3/FSDP) and the width grows until the shards fit.
+- Scaling: a step on n GPUs costs compute/n + ring all-reduce 2(n-1)/n x gradient bytes / link
+  bandwidth (NVLink inside a node, the network across nodes); `max_efficient_gpus` is the widest
+  count (up to max-gpus) whose efficiency stays at or above MIN_EFFICIENCY, for elastic jobs.
+- Fine-grained sharing: a one-GPU job that needs at most SHARE_LIMIT of a card gets `shard:K`
+  GRES out of SHARDS_PER_GPU (the `Name=shard Count=16` of gres.conf).
+- CPUs and host memory per GPU by family (input pipelines differ), see CPUS_PER_GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from slurm_liquid.estimate.catalog import ModelEntry
+from slurm_liquid.estimate.gpus import GpuTable, GpuType
+from slurm_liquid.estimate.prior import MIB, Breakdown
+from slurm_liquid.jobspec import JobSpec
+
+SHARE_LIMIT = 0.5
+SHARDS_PER_GPU = 16
+MIN_EFFICIENCY = 0.7
+MFU = 0.35                     # achieved share of peak 16-bit tensor throughput
+PEAK_TFLOPS = 300.0            # order of an A100/H100 class card; only ratios matter here
+CPUS_PER_GPU = {"cnn": 8, "vit": 8, "detection": 8, "rnn": 6, "recsys": 4,
+                "encoder": 4, "decoder": 4, "seq2seq": 4}
+HOST_BASE_MIB = 4096
+HOST_PER_CPU_MIB = 1024        # a data-loader worker each
+MAX_WIDTH = 4096
+
+
+@dataclass(frozen=True)
+class Decision:
+    gpus: int
+    nodes: int
+    gpus_per_node: int
+    sharding: str
+    auto_sharded: bool
+    fits: bool
+    per_gpu: Breakdown
+    need_mib: int
+    card_mib: int
+    shards: int                # 0 = whole GPUs
+    gres: str
+    cpus_per_gpu: int
+    host_mem_mib_per_gpu: int
+    efficiency: float
+    max_efficient_gpus: int
+
+
+def flops_per_sample(entry: ModelEntry, spec: JobSpec) -> float:
+    """Training FLOPs per sample: 3x the forward (forward + backward)."""
+    if entry.is_transformer:
+        return 6.0 * entry.params * (spec.seq_len or entry.seq_len)
+    if entry.gflops:
+        scale = ((spec.image_size or entry.image_size) / entry.image_size) ** 2 \
+            if entry.family in ("cnn", "vit", "detection") else 1.0
+        return 3e9 * entry.gflops * scale
+    return 6.0 * entry.params
+
+
+def efficiency(entry: ModelEntry, spec: JobSpec, n: int, gpu: GpuType, table: GpuTable) -> float:
+    if n <= 1:
+        return 1.0
+    batch = spec.batch_size or 1
+    compute = flops_per_sample(entry, spec) * batch / n / (PEAK_TFLOPS * 1e12 * MFU)
+    link = gpu.link_gbs if n <= table.gpus_per_node else min(gpu.link_gbs, table.inter_node_gbs)
+    grad_bytes = entry.params * (2.0 if (spec.precision or "fp32") != "fp32" else 4.0)
+    comm = 2 * (n - 1) / n * grad_bytes / (link * 1e9)
+    return compute / (compute + comm)
+
+
+def _widths(per_node: int, low: int, high: int) -> list[int]:
+    one_node = list(range(low, min(per_node, high) + 1))
+    nodes = [k * per_node for k in range(2, high // per_node + 1) if k * per_node >= low]
+    return one_node + nodes if one_node or nodes else [low]
+
+
+def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
+           need: Callable[[int, str], Breakdown]) -> Decision:
+    """`need(n, sharding)` is the (corrected) per-GPU breakdown on n GPUs."""
+    usable = gpu.mem_mib * (1 - table.headroom) * MIB
+    sharding = spec.sharding or "none"
+    low = spec.min_gpus or 1
+    high = max(low, spec.max_gpus or MAX_WIDTH)
+    single = need(1, sharding)
+    auto = False
+    if sharding in ("none", "zero1") and single.model_states + single.context > usable:
+        sharding, auto = "fsdp", True
+    chosen, fits = high, False
+    for n in _widths(table.gpus_per_node, low, high):
+        if need(n, sharding).total <= usable:
+            chosen, fits = n, True
+            break
+    per_gpu = need(chosen, sharding)
+    need_mib = int(math.ceil(per_gpu.total / MIB))
+    nodes = max(1, math.ceil(chosen / table.gpus_per_node))
+    per_node = math.ceil(chosen / nodes)
+    shards = 0
+    if chosen == 1 and fits and need_mib <= SHARE_LIMIT * gpu.mem_mib:
+        shards = max(1, math.ceil(need_mib / (gpu.mem_mib / SHARDS_PER_GPU)))
+    gres = f"shard:{shards}" if shards else f"gpu:{gpu.gres_type}:{per_node}"
+    cpus = CPUS_PER_GPU.get(entry.family, 4)
+    if shards:
+        cpus = max(2, math.ceil(cpus * shards / SHARDS_PER_GPU))
+    host = HOST_BASE_MIB + cpus * HOST_PER_CPU_MIB + 1.5 * per_gpu.model_states / MIB
+    widest = chosen
+    for n in _widths(table.gpus_per_node, chosen, spec.max_gpus or chosen):
+        if efficiency(entry, spec, n, gpu, table) >= MIN_EFFICIENCY:
+            widest = n
+    return Decision(gpus=chosen, nodes=nodes, gpus_per_node=per_node, sharding=sharding,
+                    auto_sharded=auto, fits=fits, per_gpu=per_gpu, need_mib=need_mib,
+                    card_mib=gpu.mem_mib, shards=shards, gres=gres, cpus_per_gpu=cpus,
+                    host_mem_mib_per_gpu=int(math.ceil(host)),
+                    efficiency=round(efficiency(entry, spec, chosen, gpu, table), 3),
+                    max_efficient_gpus=widest)

@@ -1,0 +1,107 @@
+"""GPU type table (data/gpus.json + a site file's `gpus`) with forgiving names.
+
+`h100`, the Slurm GRES type, `a100-40gb`, `a100_40g`, `A100 40GB` and NVML's `NVIDIA A100-SXM4-40GB`
+all find a type. A name that gives the model but not the memory (`a100`, `v100`) finds the smallest
+variant, so that a job sized for it fits every card of that model.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.estimate.catalog import _data, site_section
+
+_NOISE = {"nvidia", "tesla", "geforce", "quadro", "sxm", "sxm2", "sxm4", "sxm5", "pcie", "hbm3",
+          "hbm2", "hbm2e", "nvl", "smx", "amd", "instinct", "radeon", "gpu", "gres"}
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    model: str
+    mem_gb: float
+    mem_mib: int
+    link_gbs: float
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def gres_type(self) -> str:
+        return self.model
+
+
+def _key(text: str) -> tuple[str, float | None]:
+    """(model, memory in GB or None) from any spelling."""
+    words = re.findall(r"[a-z]+\d*[a-z]*|\d+(?:\.\d+)?[a-z]*", text.lower().replace("_", " "))
+    mem: float | None = None
+    model = []
+    for word in words:
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)(gb|g|gib)", word)
+        if m:
+            mem = float(m.group(1))
+        elif word == "nvl":
+            mem = mem or 94.0
+        elif word not in _NOISE:
+            model.append(word)
+    joined = "".join(model)
+    return joined.replace("rtx", "") if joined.startswith("rtx") and joined != "rtx" else joined, mem
+
+
+@dataclass
+class GpuTable:
+    types: dict[str, GpuType]
+    default: str
+    inter_node_gbs: float
+    gpus_per_node: int
+    headroom: float
+
+    def lookup(self, name: str) -> GpuType:
+        model, mem = _key(name)
+        aliases = {}
+        for t in self.types.values():
+            for alias in (t.name, *t.aliases):
+                aliases.setdefault(_key(alias), t)
+        if (model, mem) in aliases:
+            return aliases[(model, mem)]
+        same = [t for t in self.types.values() if _key(t.model)[0] == model]
+        if same:
+            if mem is None:
+                return min(same, key=lambda t: t.mem_mib)
+            return min(same, key=lambda t: (abs(t.mem_gb - mem), t.mem_mib))
+        if (model, None) in aliases:
+            return aliases[(model, None)]
+        known = sorted(self.types)
+        import difflib  # only for the error message
+
+        close = difflib.get_close_matches(name.lower(), known + [t.model for t in self.types.values()], n=4)
+        hint = f"; close matches: {', '.join(dict.fromkeys(close))}" if close else f"; known: {', '.join(known)}"
+        raise UsageError(f"gpu-type: unknown GPU type {name!r}{hint}")
+
+
+def _type(name: str, data: Mapping[str, Any], where: str) -> GpuType:
+    try:
+        return GpuType(name=name, model=str(data.get("model", _key(name)[0])),
+                       mem_gb=float(data.get("mem_gb", float(data["mem_mib"]) / 1024)),
+                       mem_mib=int(data["mem_mib"]), link_gbs=float(data.get("link_gbs", 16)),
+                       aliases=tuple(data.get("aliases", ())))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: gpus.{name}: needs mem_mib (number): {exc}") from None
+
+
+@lru_cache(maxsize=8)
+def load_gpu_table(site: str | None = None) -> GpuTable:
+    doc = _data("gpus.json")
+    types = {n: _type(n, d, "gpus.json") for n, d in doc["gpus"].items()}
+    extra = site_section(site, "gpus")
+    for name, data in extra.items():
+        if name.startswith("_") or not isinstance(data, Mapping):
+            continue
+        types[name] = _type(name, data, f"site file {site}")
+    defaults = site_section(site, "defaults")
+    return GpuTable(types=types, default=str(defaults.get("gpu_type", doc["default"])),
+                    inter_node_gbs=float(defaults.get("inter_node_gbs", doc["inter_node_gbs"])),
+                    gpus_per_node=int(defaults.get("gpus_per_node", doc["gpus_per_node"])),
+                    headroom=float(defaults.get("headroom", doc["headroom"])))

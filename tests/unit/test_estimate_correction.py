@@ -1,0 +1,80 @@
+"""Learned correction: fit, export to JSON, load safely, evaluate without numpy."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.estimate import correction as corr
+
+
+def _data(n=120, seed=1):
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, size=(n, len(corr.FEATURES)))
+    y = 0.4 * x[:, 0] - 0.2 * x[:, 3] + rng.normal(0, 0.05, n)
+    return x, y
+
+
+@pytest.mark.parametrize("method", ["rf", "gbr"])
+def test_fit_save_load_round_trip(tmp_path, method):
+    x, y = _data()
+    fitted = corr.fit(x.tolist(), y.tolist(), method=method, quantile=0.9)
+    path = tmp_path / "c.json"
+    fitted.save(path)
+    loaded = corr.load(path)
+    for row in x[:20]:
+        assert loaded.log_ratio(row) == pytest.approx(fitted.log_ratio(row))
+    # an upper quantile: about 90% of training targets are at or below it
+    covered = np.mean([loaded.log_ratio(r) >= t for r, t in zip(x, y)])
+    assert covered >= 0.8
+    assert json.loads(path.read_text())["meta"]["method"] == method
+
+
+def test_rf_export_matches_sklearn_mean():
+    from sklearn.ensemble import RandomForestRegressor
+
+    x, y = _data()
+    fitted = corr.fit(x, y, method="rf")
+    sk = RandomForestRegressor(n_estimators=100, min_samples_leaf=2, max_features=0.6,
+                               oob_score=True, random_state=0).fit(x, y)
+    for row in x[:10]:
+        assert fitted.log_ratio(row) - fitted.margin == pytest.approx(
+            min(max(sk.predict([row])[0], corr.LOG_RATIO_BOUNDS[0]), corr.LOG_RATIO_BOUNDS[1]))
+
+
+def test_output_is_clamped():
+    tree = corr.Tree((0,), (0.0,), (-1,), (-1,), (50.0,))
+    c = corr.Correction(0.0, 1.0, 0.0, (tree,), {})
+    assert c.log_ratio([0.0] * len(corr.FEATURES)) == corr.LOG_RATIO_BOUNDS[1]
+
+
+@pytest.mark.parametrize("content, match", [
+    ("not json", "not JSON"), ("[]", "format"),
+    (json.dumps({"format": corr.FORMAT, "version": 99, "features": list(corr.FEATURES)}), "retrain"),
+    (json.dumps({"format": corr.FORMAT, "version": 1, "features": list(corr.FEATURES), "base": 0,
+                 "scale": 1, "margin": 0, "trees": [{"feature": [0, 0, 0], "threshold": [0, 0, 0],
+                                                     "left": [0, -1, -1], "right": [2, -1, -1],
+                                                     "value": [0, 1, 2]}]}), "outside"),
+    (json.dumps({"format": corr.FORMAT, "version": 1, "features": list(corr.FEATURES), "base": 0,
+                 "scale": 1, "margin": 0, "trees": [{"feature": [0]}]}), "malformed"),
+])
+def test_bad_files_are_usage_errors(tmp_path, content, match):
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(UsageError, match=match):
+        corr.load(path)
+
+
+def test_missing_file():
+    with pytest.raises(UsageError, match="cannot read"):
+        corr.load("/nonexistent/correction.json")
+
+
+def test_too_little_history():
+    with pytest.raises(UsageError, match="at least 5"):
+        corr.fit([[0.0] * len(corr.FEATURES)] * 3, [0.1, 0.2, 0.3])
+    assert math.isfinite(corr.LOG_RATIO_BOUNDS[0])
