@@ -115,10 +115,10 @@ def timing_table(correction: Path | None, runs: int = 15) -> list[str]:
         cases.append(("slurm-liquid estimate ... --json (with fitted correction)",
                       [exe, *job, "--correction", str(correction)]))
     direct = [py, "-m", "slurm_liquid.estimate", *job[1:]]
-    cases.append(("python -m slurm_liquid.estimate ... --json (prior only, no dispatcher)",
+    cases.append(("python -m slurm_liquid.estimate ... --json (prior only)",
                   [*direct, "--correction", "none"]))
     if correction:
-        cases.append(("python -m slurm_liquid.estimate ... --json (fitted correction, no dispatcher)",
+        cases.append(("python -m slurm_liquid.estimate ... --json (fitted correction)",
                       [*direct, "--correction", str(correction)]))
     lines = [f"Load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (shared machine).", "",
              "| command | wall median s | wall p90 s | CPU (user+sys) median s |", "|---|---:|---:|---:|"]
