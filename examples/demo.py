@@ -57,7 +57,7 @@ def main() -> int:
         try:
             est = estimate(parse_script(f"#!/bin/sh\n{body}\n"), site=str(SITE))
         except LiquidError as exc:
-            print(f"  {'':10s} no estimate: {exc}")
+            print(f"  {'':10s} no estimate ({exc}): runs as asked")
             continue
         where = placer.place(PlacementRequest(name, est.decision.gpus), state) if not est.decision.shards else None
         placed = ", ".join(f"{n}:{g}" for n, g in where.nodes.items()) if where and where.placed else "a shared GPU"
