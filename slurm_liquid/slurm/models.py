@@ -103,13 +103,16 @@ class Node:
     @property
     def available(self) -> bool:
         """Up and schedulable: not down, drained, draining, failing or powered off."""
-        blocked = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING",
-                   "POWERED_DOWN", "POWERING_DOWN", "RESERVED", "MAINTENANCE", "FUTURE", "INVALID", "UNKNOWN"}
-        return self.state not in blocked and not blocked.intersection(self.state_flags)
+        return self.state not in UNAVAILABLE_NODE_STATES and UNAVAILABLE_NODE_STATES.isdisjoint(self.state_flags)
 
     @property
     def gpus_free(self) -> int:
         return max(self.gpus - self.gpus_alloc, 0) if self.available else 0
+
+
+UNAVAILABLE_NODE_STATES = frozenset({
+    "DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "POWERED_DOWN",
+    "POWERING_DOWN", "RESERVED", "MAINTENANCE", "FUTURE", "INVALID", "UNKNOWN"})
 
 
 @dataclass(frozen=True)
