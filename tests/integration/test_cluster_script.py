@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from tests.cluster_script import SCRIPT, load
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import REPO, Cluster
 
 pytestmark = pytest.mark.integration
 
@@ -43,3 +43,11 @@ def test_status_and_exec(cluster: Cluster) -> None:
     assert proc.returncode == 0 and "slurmctld  running" in proc.stdout and "gpu:h100:4" in proc.stdout
     assert cluster.exec("gpu02", "hostname").stdout.strip() == "gpu02"
     assert cluster.exec("gpu02", "false").returncode == 1
+
+
+def test_working_tree_etc_is_what_the_cluster_sees(cluster: Cluster) -> None:
+    """etc/ is mounted from the working tree, and etc/slurm/* would be installed into /etc/slurm."""
+    for host in ("slurmctld", "gpu03"):
+        mounted = cluster.exec(host, "cat", "/etc/slurm-liquid/README.md")
+        assert mounted.returncode == 0 and mounted.stdout == (REPO / "etc" / "README.md").read_text()
+        assert cluster.exec(host, "test", "-f", "/etc/slurm/liquid.conf").returncode == 0
