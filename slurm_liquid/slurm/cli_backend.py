@@ -33,6 +33,14 @@ SACCT_JSON_EXIT_CODES_SINCE = SlurmVersion(23, 2, 0)
 TRES_SLASH_SINCE = SlurmVersion(23, 2, 0)
 
 
+def _only(jobs: list[Job], ids: Sequence[int] | None) -> list[Job]:
+    """The jobs whose ids were asked for (all when none were)."""
+    if ids is None:
+        return jobs
+    wanted = set(ids)
+    return [j for j in jobs if j.job_id in wanted]
+
+
 class CliBackend:
     """Slurm through its command-line tools; works with every Slurm version we ship."""
 
@@ -83,7 +91,7 @@ class CliBackend:
             raise
         jobs = parse.jobs_from_document(doc, "squeue")
         # Slurm 22.05's `squeue --json` ignores --jobs and prints every job: filter here too.
-        return jobs if ids is None else [j for j in jobs if j.job_id in ids]
+        return _only(jobs, ids)
 
     def job(self, job_id: int) -> Job | None:
         """One job, from slurmctld if it still knows it, else from accounting."""
@@ -112,7 +120,7 @@ class CliBackend:
                 "sacct", "--noheader", "--parsable2", "--allocations", "--format=JobIDRaw,ExitCode", *filters))
             jobs = [dataclasses.replace(j, exit_code=codes.get(j.job_id, j.exit_code)) if j.is_finished else j
                     for j in jobs]
-        return jobs if ids is None else [j for j in jobs if j.job_id in ids]
+        return _only(jobs, ids)
 
     def nodes(self) -> list[Node]:
         if self.version() >= SCONTROL_JSON_SINCE:
