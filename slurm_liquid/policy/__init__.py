@@ -7,11 +7,16 @@ from slurm_liquid.placement.base import Placer
 from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, Policy, SpeedModel
 
 POLICY_NAMES = ("fifo", "drf", "tiresias", "optimus")
+LEARNED_POLICY_NAMES = ("dl2",)  # need a trained policy file; not part of "all"
 
 
-def make_policy(name: str, placer: Placer | None = None, speed: SpeedModel | None = None) -> Policy:
-    """A fresh baseline policy by name; Optimus needs a `speed` model."""
+def make_policy(name: str, placer: Placer | None = None, speed: SpeedModel | None = None,
+                policy_file: str | None = None) -> Policy:
+    """A fresh policy by name; Optimus needs a `speed` model; DL2 reads `policy_file` (default: shipped)."""
     name = name.strip().lower()
+    if name == "dl2":
+        from slurm_liquid.policy.dl2 import make_dl2
+        return make_dl2(policy_file, placer, speed)
     if name == "fifo":
         from slurm_liquid.policy.fifo import FifoBackfill
         return FifoBackfill(placer)
@@ -26,7 +31,7 @@ def make_policy(name: str, placer: Placer | None = None, speed: SpeedModel | Non
             raise UsageError("policy optimus needs a speed model")
         from slurm_liquid.policy.optimus import Optimus
         return Optimus(speed, placer)
-    raise UsageError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES)})")
+    raise UsageError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES + LEARNED_POLICY_NAMES)})")
 
 
-__all__ = ["Action", "ClusterView", "JobView", "NodeView", "Policy", "SpeedModel", "POLICY_NAMES", "make_policy"]
+__all__ = ["Action", "ClusterView", "JobView", "NodeView", "Policy", "SpeedModel", "POLICY_NAMES", "LEARNED_POLICY_NAMES", "make_policy"]

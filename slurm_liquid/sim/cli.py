@@ -7,7 +7,7 @@ import json
 import sys
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.policy import POLICY_NAMES
+from slurm_liquid.policy import LEARNED_POLICY_NAMES, POLICY_NAMES
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--philly-time-scale", type=float, default=1.0, metavar="F",
                         help="multiply Philly inter-arrival times by F (< 1 raises the load; default 1)")
     parser.add_argument("--policy", default="fifo,drf,tiresias,optimus", metavar="NAME[,NAME...]",
-                        help=f"policies to compare, or 'all' (known: {', '.join(POLICY_NAMES)})")
+                        help=f"policies to compare, or 'all' (known: {', '.join(POLICY_NAMES + LEARNED_POLICY_NAMES)})")
+    parser.add_argument("--policy-file", metavar="FILE.npz",
+                        help="trained DL2 policy for --policy dl2 (default: the shipped one for the restart penalty)")
     parser.add_argument("--restart-penalty", type=float, default=30.0, metavar="S",
                         help="seconds lost on every start/restart of a job (artifact: 30; a Slurm requeue costs more)")
     parser.add_argument("--nodes", type=int, default=16, metavar="N")
@@ -47,9 +49,9 @@ def _policies(text: str) -> list[str]:
         return list(POLICY_NAMES)
     if not names:
         raise UsageError("--policy: give at least one policy name")
-    unknown = [n for n in names if n not in POLICY_NAMES]
+    unknown = [n for n in names if n not in POLICY_NAMES + LEARNED_POLICY_NAMES]
     if unknown:
-        raise UsageError(f"--policy: unknown policy {unknown[0]!r} (known: {', '.join(POLICY_NAMES)}, all)")
+        raise UsageError(f"--policy: unknown policy {unknown[0]!r} (known: {', '.join(POLICY_NAMES + LEARNED_POLICY_NAMES)}, all)")
     return names
 
 
@@ -82,7 +84,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     config, placer = make_placer(args.placement, config, args.alpha)
     progress = not args.json and sys.stderr.isatty()
-    results = run_all(workloads, policies, config, placer, progress=progress)
+    if args.policy_file and "dl2" not in policies:
+        raise UsageError("--policy-file is only used with --policy dl2")
+    if args.policy_file:
+        from slurm_liquid.policy.dl2.io import load_policy
+
+        load_policy(args.policy_file)  # a bad file fails before any simulation runs
+    results = run_all(workloads, policies, config, placer, progress=progress, policy_file=args.policy_file)
     summaries = [summarise(p, label, per) for p, per in results.items()]
     if args.json:
         json.dump(summaries, sys.stdout, indent=1)

@@ -55,13 +55,14 @@ def make_placer(kind: str, config: ClusterConfig, alpha: float = 0.5) -> tuple[C
 
 
 def run_all(workloads: Mapping[str, Sequence[JobSpec]], policies: Sequence[str], config: ClusterConfig,
-            placer: Placer | None = None, progress: bool = False) -> dict[str, dict[str, SimResult]]:
+            placer: Placer | None = None, progress: bool = False,
+            policy_file: str | None = None) -> dict[str, dict[str, SimResult]]:
     """policy -> workload -> result, every policy on every workload."""
     speed = OracleSpeedModel(config.gpus_per_node)
     sims = {name: Simulator(specs, config, name) for name, specs in workloads.items()}
     out: dict[str, dict[str, SimResult]] = {}
     for pname in policies:
-        policy = make_policy(pname, placer, speed)
+        policy = make_policy(pname, placer, speed, policy_file) if policy_file else make_policy(pname, placer, speed)
         out[policy.name] = {name: sim.run(policy, progress=progress) for name, sim in sims.items()}
     return out
 

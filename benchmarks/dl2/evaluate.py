@@ -1,0 +1,57 @@
+"""Evaluate DL2 policy files against the baselines on the 8 Pollux workloads (16 x 4 GPUs).
+
+    nice python benchmarks/dl2/evaluate.py --penalty 30 dl2=slurm_liquid/policy/dl2/trained/dl2-p30.npz \
+        warm-up=benchmarks/dl2/runs/warm.npz --out benchmarks/dl2/results-p30.json
+
+Writes one JSON object: per policy label, the mean JCT per workload and overall, makespan,
+restarts and wall time. Baselines (drf, optimus, tiresias, fifo) run in the same process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from slurm_liquid.policy import make_policy
+from slurm_liquid.sim.engine import ClusterConfig, Simulator
+from slurm_liquid.sim.oracle import OracleSpeedModel
+from slurm_liquid.sim.workload import BUNDLED_WORKLOADS, load_workload
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--penalty", type=float, default=30.0)
+    ap.add_argument("--baselines", default="drf,optimus,tiresias,fifo")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("policies", nargs="*", metavar="LABEL=FILE")
+    args = ap.parse_args()
+    config = ClusterConfig(restart_penalty=args.penalty)
+    speed = OracleSpeedModel(config.gpus_per_node)
+    workloads = load_workload(BUNDLED_WORKLOADS)
+    entries = [(b, lambda b=b: make_policy(b, None, speed)) for b in args.baselines.split(",") if b]
+    for item in args.policies:
+        label, _, path = item.partition("=")
+        entries.append((label, lambda path=path: make_policy("dl2", None, speed, policy_file=path)))
+    out = {"restart_penalty": args.penalty, "policies": {}}
+    for label, build in entries:
+        t0 = time.perf_counter()
+        policy = build()
+        per = {name: Simulator(specs, config, name).run(policy) for name, specs in workloads.items()}
+        row = {"avg_jct_s": statistics.fmean(r.avg_jct_s for r in per.values()),
+               "makespan_s": statistics.fmean(r.makespan_s for r in per.values()),
+               "restarts": sum(r.restarts for r in per.values()),
+               "workloads": {n: r.avg_jct_s for n, r in per.items()},
+               "wall_s": time.perf_counter() - t0}
+        out["policies"][label] = row
+        print(f"{label:<14} {row['avg_jct_s']:9.1f} s  restarts {row['restarts']:6d}  ({row['wall_s']:.0f} s)",
+              file=sys.stderr, flush=True)
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

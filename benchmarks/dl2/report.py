@@ -1,0 +1,207 @@
+"""Build benchmarks/dl2/results.md and its plots from evaluate.py's JSON files and the training curves.
+
+    python benchmarks/dl2/report.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+POLLUX_PUBLISHED = 2751.0  # the Pollux artifact's published mean JCT, 8 workloads, penalty 30 s
+PAPER = {"drf": 0.441, "optimus": 0.175}  # DL2's claimed cuts
+
+
+def _load(name: str) -> dict | None:
+    p = HERE / name
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def _merge(penalty: int) -> dict | None:
+    """evaluate.py's runs: the RL policy with the baselines, plus the warm-up-only policy."""
+    rl = _load(f"runs/eval-rl-p{penalty}.json")
+    if rl is None:
+        return None
+    warm = _load(f"runs/eval-warm-p{penalty}.json")
+    pol = {"dl2": rl["policies"]["dl2"]}
+    if warm:
+        pol["dl2 warm-up only"] = warm["policies"]["warm-up"]
+    pol.update({k: v for k, v in rl["policies"].items() if k != "dl2"})
+    return {"restart_penalty": rl["restart_penalty"], "policies": pol}
+
+
+def _table(res: dict, reference: str = "dl2") -> list[str]:
+    pol = res["policies"]
+    ref = pol.get(reference)
+    lines = ["| policy | mean JCT (s) | mean JCT (h) | restarts | DL2 vs this |", "|---|---|---|---|---|"]
+    for label, row in pol.items():
+        vs = f"{(ref['avg_jct_s'] / row['avg_jct_s'] - 1):+.1%}" if ref and label != reference else ""
+        lines.append(f"| {label} | {row['avg_jct_s']:.1f} | {row['avg_jct_s'] / 3600:.3f} | {row['restarts']} | {vs} |")
+    if ref and res["restart_penalty"] == 30.0:
+        lines.append(f"| Pollux (published) | {POLLUX_PUBLISHED:.1f} | {POLLUX_PUBLISHED / 3600:.3f} | | "
+                     f"{ref['avg_jct_s'] / POLLUX_PUBLISHED - 1:+.1%} |")
+    return lines
+
+
+def _per_workload(res: dict) -> list[str]:
+    pol = res["policies"]
+    names = list(next(iter(pol.values()))["workloads"])
+    lines = ["| workload | " + " | ".join(pol) + " |", "|---" * (len(pol) + 1) + "|"]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join(f"{pol[p]['workloads'][n]:.0f}" for p in pol) + " |")
+    return lines
+
+
+def _targets(res: dict) -> list[str]:
+    pol = res["policies"]
+    if "dl2" not in pol:
+        return []
+    out = []
+    for base, claim in PAPER.items():
+        if base in pol:
+            cut = 1 - pol["dl2"]["avg_jct_s"] / pol[base]["avg_jct_s"]
+            where = f"{cut:.1%} below" if cut >= 0 else f"{-cut:.1%} above (worse than)"
+            out.append(f"- vs {base}: DL2's mean JCT is {where} {base} (target: at least {claim:.1%} below) -> "
+                       f"{'met' if cut >= claim else 'NOT met'}")
+    return out
+
+
+def _plot(results: list[dict]) -> str | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.5), squeeze=False)
+    for ax, res in zip(axes[0], results):
+        pol = res["policies"]
+        ax.bar(list(pol), [r["avg_jct_s"] for r in pol.values()], color="tab:blue")
+        ax.set_ylabel("mean JCT (s)")
+        ax.set_title(f"8 Pollux workloads, restart penalty {res['restart_penalty']:g} s")
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    fig.savefig(HERE / "jct_comparison.png", dpi=100)
+    plt.close(fig)
+    return "jct_comparison.png"
+
+
+def _curve_summary(prefix: str) -> str:
+    p = HERE / f"{prefix}.csv"
+    if not p.is_file():
+        return ""
+    rows = list(csv.DictReader(p.open()))
+    val = [(int(float(r["episode"])), float(r["validation_avg_jct_s"])) for r in rows if r.get("validation_avg_jct_s")]
+    secs = [float(r["seconds"]) for r in rows if r.get("seconds")]
+    text = ", ".join(f"ep {e}: {v:.0f} s" for e, v in val)
+    return f"validation mean JCT {text}; {len(secs)} episodes, {sum(secs) / 60:.1f} min of episodes"
+
+
+def _validation(prefix: str) -> dict[int, float]:
+    p = HERE / f"{prefix}.csv"
+    if not p.is_file():
+        return {}
+    return {int(float(r["episode"])): float(r["validation_avg_jct_s"])
+            for r in csv.DictReader(p.open()) if r.get("validation_avg_jct_s")}
+
+
+def _ablation_rows() -> dict | None:
+    rows = {"full": _validation("rl-p30-rl")}
+    for name in ("no-warmup", "no-critic", "no-replay", "no-job-aware"):
+        v = _validation(f"abl-{name}-rl")
+        if v:
+            rows[name] = v
+    if len(rows) < 2:
+        return None
+    last = max(max(v) for n, v in rows.items() if n != "full")
+    episodes = sorted({e for v in rows.values() for e in v if e <= last})
+    return {"episodes": episodes, "rows": rows}
+
+
+def _plot_ablation(abl: dict) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    last = abl["episodes"][-1]
+    names = [n for n in abl["rows"] if last in abl["rows"][n]]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.bar(names, [abl["rows"][n][last] for n in names], color="tab:orange")
+    ax.axhline(abl["rows"]["full"].get(0, float("nan")), color="k", ls="--", label="warm-up (episode 0)")
+    ax.set_ylabel(f"validation mean JCT (s), episode {last}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "ablation.png", dpi=100)
+    plt.close(fig)
+    return True
+
+
+def main() -> None:
+    lines = ["# DL2 benchmark", "",
+             "Generated by `python benchmarks/dl2/report.py` from `evaluate.py`'s JSON files and the training curves.",
+             "Training used Philly-derived workloads only; evaluation is on the 8 Pollux workloads "
+             "(16 x 4 GPUs, greedy placement, oracle speed model for Optimus and for DL2's speed features).", "",
+             "**Summary.** The targets against DRF (-44%) and Pollux are **not met**: the shipped RL policies are "
+             "7.6% (30 s) and 3.5% (150 s) *worse* than DRF on the 8 workloads, and worse than Tiresias. The "
+             "Optimus target (-17.5%) is met, but only because our DRF itself is 27% below Optimus. The warm-up "
+             "imitates DRF almost perfectly (100% held-out agreement, within 2.3%/2.8% of DRF's JCT; the gap comes "
+             "from the rare decisions it gets wrong compounding over a workload). RL with the JCT reward improved "
+             "the held-out *Philly* validation JCT by 11% (30 s) and 7% (150 s) over the warm start, but that gain "
+             "did not transfer to the Pollux workloads (their job mix, sizes and GPU requests differ from our "
+             "Philly sampler's), and RL was short: 60 episodes of 40 jobs, ~12 min per penalty on 2 shared cores. "
+             "The shipped files were chosen on the Philly validation only, never on the evaluation workloads.", ""]
+    results = []
+    for penalty in (30, 150):
+        res = _merge(penalty)
+        if res is None:
+            continue
+        (HERE / f"results-p{penalty}.json").write_text(json.dumps(res, indent=1))
+        results.append(res)
+        lines += [f"## Restart penalty {penalty} s", ""] + _table(res) + [""] + _targets(res) + ["", "Per workload (mean JCT, s):", ""] + _per_workload(res) + [""]
+        for prefix in (f"rl-p{penalty}-rl",):
+            s = _curve_summary(prefix)
+            if s:
+                lines += [f"Learning curve `{prefix}.png`: {s}", "", f"![{prefix}]({prefix}.png)", ""]
+    abl = _ablation_rows()
+    if abl:
+        lines += ["## Ablations (restart penalty 30 s, validation on 2 held-out Philly workloads of 40 jobs)", "",
+                  "Mean JCT (s) of the greedy policy after the same number of RL episodes; "
+                  "'full' is the main run's curve (`rl-p30`). Only 10 episodes each (CPU time): every ablation ends "
+                  "worse than the full run, as in the paper, but the gaps for critic, replay and job-aware exploration "
+                  "are 1.7-2.0% on two workloads, weak evidence; without the warm-up RL starts 39% worse and stays there.", "",
+                  "| variant | " + " | ".join(f"episode {e}" for e in abl["episodes"]) + " |",
+                  "|---" * (len(abl["episodes"]) + 1) + "|"]
+        for name, vals in abl["rows"].items():
+            lines.append(f"| {name} | " + " | ".join(f"{vals[e]:.0f}" if e in vals else "" for e in abl["episodes"]) + " |")
+        lines.append("")
+        if _plot_ablation(abl):
+            lines += ["![ablations](ablation.png)", ""]
+    first = HERE / "runs" / "attempt1-progress-reward-p30.log"
+    if first.is_file():
+        vals = [json.loads(l) for l in first.read_text().splitlines() if "validation_avg_jct_s" in l]
+        text = ", ".join(f"episode {v['episode']}: {v['validation_avg_jct_s']:.0f} s" for v in vals)
+        lines += ["## First attempt: DL2's progress reward (abandoned)", "",
+                  "With `--reward progress` (normalised progress minus restart cost, lr 3e-4, validation on two "
+                  f"60-job Philly workloads) the greedy policy got worse at penalty 30 s: {text}. The run at 150 s "
+                  "was stopped while validating a policy slow enough to run for minutes. Summed over an episode the "
+                  "progress reward is a constant (every job contributes 1), so only the discount makes it prefer "
+                  "short jobs; the default became `--reward jct` (minus the active jobs per slot), which is the "
+                  "quantity the evaluation measures. Logs: `runs/attempt1-progress-reward-p*.log`.", ""]
+    if (HERE / "dl2-warmup.csv").is_file():
+        rows = list(csv.DictReader((HERE / "dl2-warmup.csv").open()))
+        lines += ["## Supervised warm-up on DRF", "", "| epoch | loss | held-out agreement |", "|---|---|---|"]
+        lines += [f"| {r['epoch']} | {float(r['loss']):.4f} | {float(r['held_out_agreement']):.4f} |" for r in rows]
+        lines += ["", "![warm-up](dl2-warmup.png)", ""]
+    if results and _plot(results):
+        lines += ["![JCT comparison](jct_comparison.png)", ""]
+    (HERE / "results.md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

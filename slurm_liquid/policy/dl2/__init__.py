@@ -1,0 +1,29 @@
+"""DL2 (Peng et al., 2019): a learned elastic scheduler, warm-started from an existing one, then RL.
+
+`make_dl2()` builds the policy for the simulator and the daemon; training lives in
+`slurm_liquid.policy.dl2.train` and the `slurm-liquid policy` command.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from slurm_liquid.placement.base import Placer
+from slurm_liquid.policy.base import SpeedModel
+from slurm_liquid.policy.dl2.agent import DL2Policy
+
+
+def make_dl2(policy_file: str | Path | None = None, placer: Placer | None = None,
+             speed: SpeedModel | None = None) -> DL2Policy:
+    """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file trained
+    for the restart penalty nearest to the simulated one (chosen at the first decision)."""
+    if policy_file is None:
+        return DL2Policy(None, placer=placer, speed=speed)
+    from slurm_liquid.policy.dl2.io import load_policy
+
+    params, meta = load_policy(policy_file)
+    return DL2Policy(params, window=int(meta["window"]), placer=placer,
+                     speed=speed if meta.get("speed", True) else None)
+
+
+__all__ = ["DL2Policy", "make_dl2"]

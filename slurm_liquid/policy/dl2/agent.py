@@ -1,0 +1,99 @@
+"""The DL2 policy: the network driving the per-slot "+1 GPU / stop" loop behind the shared interface."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slurm_liquid.placement.base import Placer
+from slurm_liquid.placement.greedy import MostFreeGreedy
+from slurm_liquid.policy.base import Action, ClusterView, SpeedModel, apply_counts
+from slurm_liquid.policy.dl2.net import Params, forward
+from slurm_liquid.policy.dl2.state import SlotState
+
+DEFAULT_WINDOW = 32
+
+
+@dataclass
+class Step:
+    """One decision: the state matrix, its legal actions and the action taken."""
+
+    x: np.ndarray
+    valid: np.ndarray
+    action: int
+
+
+@dataclass
+class Slot:
+    steps: list[Step] = field(default_factory=list)
+    reward: float = 0.0
+    restarts: int = 0
+
+
+class DL2Policy:
+    """Re-decides every active job's GPU count each slot with the network.
+
+    `explore` > 0 (training only) samples actions from the softmax, and with that
+    probability per decision gives the GPU to a uniformly random job that can take one
+    (job-aware exploration: never a random "stop", which would leave GPUs idle). With
+    `explore` = 0 and `sample` False, the policy is greedy and deterministic.
+    """
+
+    name = "dl2"
+
+    def __init__(self, params: Params | None, window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
+                 placer: Placer | None = None, sample: bool = False, explore: float = 0.0,
+                 job_aware: bool = True, seed: int = 0) -> None:
+        self.params = params
+        self.window = window
+        self.speed = speed
+        self.placer = placer or MostFreeGreedy()
+        self.sample = sample
+        self.explore = explore
+        self.job_aware = job_aware
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.record: list[Slot] | None = None
+
+    def reset(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def choose(self, x: np.ndarray, valid: np.ndarray) -> int:
+        present = np.ones(len(x), dtype=bool)
+        fw = forward(self.params, x[None], present[None], valid[None])
+        if not self.sample:
+            return int(np.argmax(fw.logp[0]))
+        if self.explore and self.rng.random() < self.explore:
+            jobs = np.flatnonzero(valid[:-1]) if self.job_aware else np.flatnonzero(valid)
+            if len(jobs):
+                return int(self.rng.choice(jobs))
+        p = fw.prob[0]
+        return int(self.rng.choice(len(p), p=p / p.sum()))
+
+    def allocate(self, view: ClusterView) -> list[int]:
+        state = SlotState(view, self.window, self.speed)
+        slot = Slot() if self.record is not None else None
+        stop = len(state.jobs)
+        while True:
+            valid = state.valid()
+            if not valid.any():
+                break
+            x = state.matrix()
+            action = self.choose(x, valid)
+            if slot is not None:
+                slot.steps.append(Step(x, valid, action))
+            if action == stop:
+                break
+            state.apply(action)
+        if slot is not None:
+            self.record.append(slot)
+        return state.counts()
+
+    def decide(self, view: ClusterView) -> list[Action]:
+        if self.params is None:  # no file given: the shipped one trained for this restart penalty
+            from slurm_liquid.policy.dl2.io import load_policy, shipped_for
+
+            self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
+            self.window = int(meta.get("window", self.window))
+        return apply_counts(self.placer, view, self.allocate(view))

@@ -1,0 +1,175 @@
+"""`slurm-liquid policy`: train DL2 (supervised warm-up and/or RL) and inspect policy files."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from slurm_liquid.errors import UsageError
+
+TEACHERS = ("drf", "fifo", "tiresias", "optimus")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    t = sub.add_parser("train", help="train a DL2 policy in the simulator on Philly-derived workloads")
+    t.add_argument("--supervised", action="store_true", help="warm up on a teacher scheduler's decisions")
+    t.add_argument("--rl", action="store_true", help="actor-critic fine-tuning (after the warm-up, or from --init)")
+    t.add_argument("--out", required=True, metavar="FILE.npz", help="where to write the trained policy")
+    t.add_argument("--init", metavar="FILE.npz", help="start from this policy file instead of random weights")
+    t.add_argument("--teacher", default="drf", choices=TEACHERS, help="scheduler to imitate in the warm-up (default drf)")
+    t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
+    t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
+    t.add_argument("--warmup-epochs", type=int, default=8, metavar="N")
+    t.add_argument("--episodes", type=int, default=100, metavar="N", help="RL episodes (default 100)")
+    t.add_argument("--jobs", type=int, default=40, metavar="N", help="Philly jobs per training workload (default 40)")
+    t.add_argument("--hidden", type=int, default=64, metavar="H", help="units per hidden layer (default 64)")
+    t.add_argument("--layers", type=int, default=2, metavar="L")
+    t.add_argument("--window", type=int, default=32, metavar="K", help="jobs the network sees per slot (default 32)")
+    t.add_argument("--lr", type=float, default=None, help="Adam step (default 1e-3 warm-up, 3e-4 RL)")
+    t.add_argument("--entropy", type=float, default=0.01)
+    t.add_argument("--explore", type=float, default=0.05, help="job-aware exploration probability (default 0.05)")
+    t.add_argument("--reward", default="jct", choices=("jct", "progress"),
+                   help="jct: minus active jobs per slot (default); progress: DL2's normalised progress")
+    t.add_argument("--eval-every", type=int, default=10, metavar="N", help="validate every N episodes (default 10)")
+    t.add_argument("--restart-weight", type=float, default=1.0, help="weight of the restart cost in the reward")
+    t.add_argument("--no-critic", action="store_true", help="ablation: REINFORCE with a mean baseline")
+    t.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
+    t.add_argument("--no-job-aware", action="store_true", help="ablation: no job-aware exploration")
+    t.add_argument("--last", action="store_true",
+                   help="keep the last RL weights (default: the ones with the best validation JCT, warm start included)")
+    t.add_argument("--validation-jobs", type=int, default=60, metavar="N", help="jobs per validation workload (default 60)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--checkpoint", metavar="FILE.npz", help="RL checkpoint (default: OUT with .ckpt.npz)")
+    t.add_argument("--resume", action="store_true", help="continue RL from the checkpoint if it exists")
+    t.add_argument("--curves", metavar="PREFIX", help="write PREFIX-warmup.csv/png and PREFIX-rl.csv/png")
+    x = sub.add_parser("export", help="write a policy file from an RL checkpoint (e.g. of an interrupted run)")
+    x.add_argument("checkpoint", metavar="CKPT.npz")
+    x.add_argument("--out", required=True, metavar="FILE.npz")
+    x.add_argument("--last", action="store_true", help="the last weights (default: the best validated ones)")
+    i = sub.add_parser("info", help="print a policy file's metadata")
+    i.add_argument("file", metavar="FILE.npz")
+
+
+def _say(row: dict) -> None:
+    print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}), file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from slurm_liquid.policy.dl2.io import load_arrays, load_policy
+
+    if args.action == "info":
+        _, meta = load_arrays(args.file)
+        meta.pop("curve", None)
+        print(json.dumps(meta, indent=1, sort_keys=True))
+        return 0
+    if args.action == "export":
+        return export(args)
+    if not (args.supervised or args.rl):
+        raise UsageError("policy train: give --supervised, --rl, or both")
+    if args.rl and not args.supervised and not args.init:
+        print("note: RL from random weights (no --supervised, no --init)", file=sys.stderr)
+    return train(args, load_policy)
+
+
+def train(args: argparse.Namespace, load_policy) -> int:
+    from slurm_liquid.policy import make_policy
+    from slurm_liquid.policy.dl2 import train as T
+    from slurm_liquid.policy.dl2.io import load_arrays, save_policy
+    from slurm_liquid.policy.dl2.net import Adam
+    from slurm_liquid.sim.engine import ClusterConfig
+    from slurm_liquid.sim.oracle import OracleSpeedModel
+
+    config = ClusterConfig(restart_penalty=args.restart_penalty)
+    speed = OracleSpeedModel(config.gpus_per_node)
+    meta: dict = {"window": args.window, "hidden": args.hidden, "layers": args.layers, "seed": args.seed,
+                  "restart_penalty": args.restart_penalty, "speed": True, "stages": []}
+    if args.init:
+        params, init_meta = load_policy(args.init)
+        meta.update({k: init_meta[k] for k in ("window", "hidden", "layers") if k in init_meta})
+        meta["stages"] = init_meta.get("stages", []) + [f"init from {Path(args.init).name}"]
+        meta["training"] = init_meta.get("training", {})
+    else:
+        params = T.new_params(args.hidden, args.layers, args.seed)
+    meta.setdefault("training", {})
+    if args.supervised:
+        seeds = [args.seed * 1000 + k for k in range(args.warmup_workloads + 2)]
+        teacher = make_policy(args.teacher, None, speed)
+        steps = []
+        for k, s in enumerate(seeds):
+            steps.append(T.collect_teacher(T.philly_workload(s, args.jobs), teacher, config, args.window, speed, max_slots=300))
+            _say({"stage": "collect", "workload": k + 1, "of": len(seeds), "decisions": len(steps[-1])})
+        train_steps = [x for chunk in steps[:-2] for x in chunk]
+        held = [x for chunk in steps[-2:] for x in chunk]
+        res = T.supervised(params, train_steps, held, epochs=args.warmup_epochs, lr=args.lr or 1e-3,
+                           seed=args.seed, progress=_say)
+        meta["stages"].append(f"supervised on {args.teacher}")
+        meta["training"]["warmup"] = {"teacher": args.teacher, "philly_seeds": seeds[:-2], "held_out_seeds": seeds[-2:],
+                                      "jobs": args.jobs, "decisions": len(train_steps),
+                                      "held_out_agreement": res.curve[-1]["held_out_agreement"] if res.curve else None}
+        if args.curves:
+            T.write_curves(res.curve, f"{args.curves}-warmup", f"warm-up on {args.teacher}")
+    if args.rl:
+        cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-4, entropy=args.entropy, explore=args.explore,
+                         job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
+                         restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs, seed=args.seed, window=int(meta["window"]))
+        ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
+        state = T.TrainState(params, Adam(params, lr=cfg.lr))
+        if args.resume and ckpt.is_file():
+            arrays, cmeta = load_arrays(ckpt)
+            state.params, _ = load_policy(ckpt)
+            state.opt = Adam(state.params, lr=cfg.lr)
+            state.opt.load_state(arrays)
+            state.episode, state.curve = int(cmeta["episode"]), list(cmeta["curve"])
+            state.reward_scale = float(cmeta["reward_scale"])
+            if cmeta.get("best"):
+                state.best = (cmeta["best"][0], cmeta["best"][1], {k[5:]: arrays[k] for k in arrays if k.startswith("best_")})
+            meta = cmeta["policy_meta"]
+            _say({"stage": "resume", "episode": state.episode})
+
+        def checkpoint(st: T.TrainState) -> None:
+            save_policy(ckpt, st.params, {"window": cfg.window, "layers": meta["layers"], "episode": st.episode,
+                                          "curve": st.curve, "reward_scale": st.reward_scale, "policy_meta": meta,
+                                          "best": list(st.best[:2]) if st.best else None},
+                        extra={**st.opt.state(), **({f"best_{k}": v for k, v in st.best[2].items()} if st.best else {})})
+
+        validation = {f"philly-{s}": T.philly_workload(s, args.validation_jobs) for s in (20_000 + args.seed, 20_001 + args.seed)}
+        T.train_rl(state, cfg, config, speed, validation, eval_every=args.eval_every, checkpoint=checkpoint, progress=_say)
+        params = state.params
+        meta["stages"].append(f"actor-critic RL, {cfg.episodes} episodes")
+        if state.best is not None and not args.last:
+            params = state.best[2]
+            meta["stages"].append(f"kept episode {state.best[1]} (best validation mean JCT {state.best[0]:.0f} s)")
+        meta["training"]["rl"] = {**dataclasses.asdict(cfg), "philly_pool_seeds": [10_000 + cfg.seed * 1000 + k for k in range(cfg.pool)],
+                                  "reward_definition": {"jct": "-(active jobs + restarts x penalty/interval) per slot",
+                                                         "progress": "normalised progress per slot - restart cost"}[cfg.reward], "reward_scale": state.reward_scale}
+        meta["curve"] = state.curve
+        if args.curves:
+            T.write_curves(state.curve, f"{args.curves}-rl", f"RL, restart penalty {args.restart_penalty:g} s")
+    meta["training"]["workloads"] = "Philly-derived (load_philly, arrivals rescaled to 173 s mean gap); never the 8 Pollux workloads"
+    from slurm_liquid import __version__
+
+    meta["slurm_liquid_version"] = __version__
+    out = save_policy(args.out, params, meta)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0
+
+
+def export(args: argparse.Namespace) -> int:
+    from slurm_liquid.policy.dl2.io import load_arrays, load_policy, save_policy
+
+    arrays, cmeta = load_arrays(args.checkpoint)
+    if "policy_meta" not in cmeta:
+        raise UsageError(f"{args.checkpoint} is a policy file, not an RL checkpoint")
+    params, _ = load_policy(args.checkpoint)
+    meta = dict(cmeta["policy_meta"])
+    meta["stages"] = list(meta.get("stages", [])) + [f"actor-critic RL, stopped after episode {cmeta['episode']}"]
+    if cmeta.get("best") and not args.last:
+        params = {k: arrays[f"best_{k}"] for k in params}
+        meta["stages"].append(f"kept episode {cmeta['best'][1]} (best validation mean JCT {cmeta['best'][0]:.0f} s)")
+    meta["curve"] = cmeta.get("curve", [])
+    print(f"wrote {save_policy(args.out, params, meta)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,147 @@
+"""DL2's state and action loop for all-reduce GPU jobs (DL2 paper section 4, adapted).
+
+One scheduling slot is a loop of decisions. Each decision sees a matrix with one row per job
+in the window (the first `window` active jobs in arrival order) and a final "stop" row. A job
+row holds: application (one-hot), time since submission, GPU-hours attained, progress (epoch
+over epochs), GPUs held now, GPUs given so far in this slot, how far ahead of the least-served
+unsaturated job it is, whether one more GPU changes its current allocation (a restart), its
+elastic upper bound, arrival rank, restarts, and, where a speed model is known, the marginal
+speed-up of one more GPU and the estimated remaining time. Every row ends with the
+cluster-wide features: GPUs still free in this slot, active jobs, jobs beyond the window,
+cluster size.
+
+Actions: "+1 GPU to job j" (a job at 0 first gets its minimum: 1 if elastic, its request if
+rigid) or "stop" (legal once some job holds GPUs in this slot). The loop runs until stop or until no job can take a GPU; then jobs beyond
+the window keep what they hold if it still fits, else get their minimum while GPUs remain,
+in arrival order. Scaling the batch is not an action: the simulated jobs train at a fixed
+batch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from slurm_liquid.policy.base import ClusterView, JobView, SpeedModel
+
+APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
+JOB_FEATURES = 20
+GLOBAL_FEATURES = 4
+FEATURES = JOB_FEATURES + GLOBAL_FEATURES
+STOP_FLAG = JOB_FEATURES - 1
+# columns that change within a slot's loop
+ASSIGNED, AHEAD, CHANGES, SPEEDUP, REMAINING, FREE = 10, 11, 12, 16, 17, JOB_FEATURES
+
+
+def minimum(job: JobView) -> int:
+    return job.min_gpus if job.elastic else job.gpus
+
+
+class SlotState:
+    """The evolving state of one slot's decision loop."""
+
+    def __init__(self, view: ClusterView, window: int, speed: SpeedModel | None = None) -> None:
+        self.view = view
+        self.window = window
+        self.jobs: list[JobView] = list(view.jobs[:window])
+        self.beyond: list[JobView] = list(view.jobs[window:])
+        self.speed = speed
+        self.total = view.total_gpus
+        self.free = self.total
+        n = len(self.jobs)
+        self.assigned = np.zeros(n, dtype=int)
+        self.current = np.array([j.allocated for j in self.jobs], dtype=int)
+        self.upper = np.array([min(j.upper, self.total) for j in self.jobs], dtype=int)
+        self.minimum = np.array([minimum(j) for j in self.jobs], dtype=int)
+        self._speed_cache: dict[tuple[int, int], tuple[float, float]] = {}
+        self.base = np.zeros((n + 1, FEATURES))
+        now = view.now
+        for i, job in enumerate(self.jobs):
+            row = self.base[i]
+            if job.app in APPS:
+                row[APPS.index(job.app)] = 1.0
+            row[6] = math.log1p(max(0.0, now - job.submit_time) / 3600)
+            row[7] = math.log1p(job.attained_gpu_seconds / 3600)
+            row[8] = job.epoch / job.epochs if job.epochs else 0.0
+            row[9] = self.current[i] / 16
+            row[13] = self.upper[i] / 64
+            row[14] = i / window
+            row[15] = math.log1p(job.restarts)
+            row[18] = 1.0 if speed is not None else 0.0
+        self.base[n, STOP_FLAG] = 1.0
+        self.base[:, FREE + 1] = len(view.jobs) / window
+        self.base[:, FREE + 2] = len(self.beyond) / window
+        self.base[:, FREE + 3] = self.total / 64
+
+    def _speed_features(self, i: int, gpus: int) -> tuple[float, float]:
+        key = (i, gpus)
+        hit = self._speed_cache.get(key)
+        if hit is None:
+            job, g = self.jobs[i], max(gpus, 1)
+            t_now = self.speed.iteration_time(job, g)
+            up = min(g + 1, self.upper[i])
+            t_up = self.speed.iteration_time(job, up) if up > g else t_now
+            remaining = self.speed.remaining_iterations(job) * t_now
+            hit = (math.log(t_now / t_up) if t_up > 0 and t_now > 0 else 0.0, math.log1p(max(remaining, 0.0) / 3600))
+            self._speed_cache[key] = hit
+        return hit
+
+    def increment(self, i: int) -> int:
+        return self.minimum[i] if self.assigned[i] == 0 else 1
+
+    def valid(self) -> np.ndarray:
+        """Legal actions: rows of jobs that can take their next increment, plus stop (last).
+
+        Stop becomes legal once some job holds GPUs in this slot, so that every slot makes
+        progress and no policy, however badly trained, can idle the cluster forever."""
+        n = len(self.jobs)
+        inc = np.where(self.assigned == 0, self.minimum, 1)
+        ok = (self.assigned < self.upper) & (inc <= self.free)
+        if not ok.any():
+            return np.zeros(n + 1, dtype=bool)
+        return np.append(ok, bool(self.assigned.any()))
+
+    def matrix(self) -> np.ndarray:
+        x = self.base.copy()
+        n = len(self.jobs)
+        if n:
+            unsat = self.assigned < self.upper
+            floor = self.assigned[unsat].min() if unsat.any() else 0
+            x[:n, ASSIGNED] = self.assigned / 16
+            x[:n, AHEAD] = np.clip((self.assigned - floor) / 4, -4, 4)
+            x[:n, CHANGES] = self.assigned == self.current
+            if self.speed is not None:
+                for i in range(n):
+                    x[i, SPEEDUP], x[i, REMAINING] = self._speed_features(i, int(self.assigned[i]))
+        x[:, FREE] = self.free / 16
+        return x
+
+    def apply(self, action: int) -> None:
+        inc = self.increment(action)
+        self.assigned[action] += inc
+        self.free -= inc
+
+    def counts(self) -> list[int]:
+        """GPU counts for every active job: the window's from the loop, the rest by the beyond-window rule."""
+        free = self.free
+        extra = []
+        for job in self.beyond:
+            want = job.allocated or minimum(job)
+            if want > free:
+                want = minimum(job) if minimum(job) <= free else 0
+            extra.append(want)
+            free -= want
+        return [int(a) for a in self.assigned] + extra
+
+
+def target_sequence(assigned: Sequence[int], target: Sequence[int], valid: np.ndarray) -> int:
+    """The teacher's next action towards `target` counts: the least-served job still short of
+    its target (ties: earliest arrival), or stop. This turns any scheduler's allocation into
+    DL2's "+1 GPU" sequence, and for DRF reproduces its water-filling order exactly."""
+    best = -1
+    for i, (a, t) in enumerate(zip(assigned, target)):
+        if a < t and valid[i] and (best < 0 or a < assigned[best]):
+            best = i
+    return best if best >= 0 else len(assigned)

@@ -1,0 +1,379 @@
+"""Training DL2: supervised warm-up on an existing scheduler's decisions, then actor-critic RL.
+
+Training workloads come from the Philly trace (`load_philly`), never from the 8 evaluation
+workloads: `philly_workload(seed)` takes consecutive Philly jobs and rescales their arrival
+gaps to the evaluation workloads' mean rate, so the load is comparable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from slurm_liquid.policy.base import ClusterView, Policy, SpeedModel, changed
+from slurm_liquid.policy.dl2.agent import DEFAULT_WINDOW, DL2Policy, Slot, Step
+from slurm_liquid.policy.dl2.net import Adam, Params, forward, init_params, loss_and_grads
+from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
+from slurm_liquid.sim.engine import ClusterConfig, Simulator
+from slurm_liquid.sim.workload import JobSpec
+
+log = logging.getLogger(__name__)
+EVAL_GAP_S = 173.0  # the 8 Pollux workloads: 160 jobs over ~27,700 s
+
+
+@functools.lru_cache(maxsize=4)
+def _philly_pool(seed: int, size: int) -> tuple[JobSpec, ...]:
+    from slurm_liquid.sim.workload import load_philly
+
+    return tuple(load_philly(jobs=size, seed=seed))
+
+
+def philly_workload(seed: int, jobs: int = 40, gap_s: float = EVAL_GAP_S, pool: int = 3000) -> list[JobSpec]:
+    """`jobs` jobs drawn at random from `pool` consecutive Philly jobs, arriving as a Poisson
+    process of mean gap `gap_s` (the evaluation workloads' rate), as the Pollux artifact's
+    workload generator samples Philly. Consecutive Philly jobs alone come in same-user bursts
+    (40 cifar10 runs), which teaches little."""
+    rng = np.random.default_rng(seed)
+    source = _philly_pool(seed % 4, pool)
+    picks = sorted(rng.choice(len(source), size=min(jobs, len(source)), replace=False))
+    times = np.cumsum(rng.exponential(gap_s, len(picks)))
+    times -= times[0]
+    return [dataclasses.replace(source[i], name=f"{source[i].application}-{k}", time=round(float(t), 3))
+            for k, (i, t) in enumerate(zip(picks, times))]
+
+
+# -- supervised warm-up ----------------------------------------------------------------------
+def teacher_counts(view: ClusterView, actions) -> list[int]:
+    new = changed(view, actions)
+    return [sum(g for _, g in new.get(j.id, j.allocation)) for j in view.jobs]
+
+
+def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterConfig,
+                    window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
+                    max_slots: int | None = None) -> list[Step]:
+    """Run `teacher` on a workload (at most `max_slots` slots); every slot becomes DL2's
+    "+1 GPU" sequence towards the teacher's counts."""
+    sim = Simulator(specs, config)
+    teacher.reset()
+    samples: list[Step] = []
+    view = sim.reset()
+    slots = 0
+    while view is not None and (max_slots is None or slots < max_slots):
+        slots += 1
+        actions = teacher.decide(view)
+        target = teacher_counts(view, actions)[:window]
+        state = SlotState(view, window, speed)
+        while True:
+            valid = state.valid()
+            if not valid.any():
+                break
+            label = target_sequence(state.assigned, target, valid)
+            if not valid[label]:  # the teacher idles the whole cluster: DL2 cannot, so nothing to learn
+                break
+            samples.append(Step(state.matrix(), valid, label))
+            if label == len(state.jobs):
+                break
+            state.apply(label)
+        view = sim.step(actions)
+    return samples
+
+
+def batch(steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pad states to a common row count: x (B, R, D), present, valid (B, R), actions (B,)."""
+    rows = max(len(s.x) for s in steps)
+    x = np.zeros((len(steps), rows, FEATURES))
+    present = np.zeros((len(steps), rows), dtype=bool)
+    valid = np.zeros((len(steps), rows), dtype=bool)
+    actions = np.zeros(len(steps), dtype=int)
+    for i, s in enumerate(steps):
+        r = len(s.x)
+        x[i, :r] = s.x
+        present[i, :r] = True
+        valid[i, :r] = s.valid
+        actions[i] = s.action
+    return x, present, valid, actions
+
+
+def agreement(params: Params, steps: Sequence[Step], chunk: int = 2048) -> float:
+    """Share of decisions where the network's most likely action is the teacher's."""
+    hits = 0
+    for lo in range(0, len(steps), chunk):
+        x, present, valid, actions = batch(steps[lo:lo + chunk])
+        fw = forward(params, x, present, valid)
+        hits += int((fw.logp.argmax(axis=1) == actions).sum())
+    return hits / max(1, len(steps))
+
+
+@dataclass
+class WarmupResult:
+    params: Params
+    curve: list[dict] = field(default_factory=list)  # per epoch: loss, train and held-out agreement
+
+
+def supervised(params: Params, train: Sequence[Step], held_out: Sequence[Step], epochs: int = 10,
+               lr: float = 1e-3, batch_size: int = 256, seed: int = 0,
+               progress: Callable[[dict], None] | None = None) -> WarmupResult:
+    """Cross-entropy on the teacher's actions with Adam; deterministic in `seed`."""
+    rng = np.random.default_rng(seed)
+    opt = Adam(params, lr=lr)
+    curve = []
+    for epoch in range(epochs):
+        order = rng.permutation(len(train))
+        losses = []
+        for lo in range(0, len(order), batch_size):
+            x, present, valid, actions = batch([train[i] for i in order[lo:lo + batch_size]])
+            fw = forward(params, x, present, valid)
+            loss, grads = loss_and_grads(params, fw, actions, np.ones(len(actions)))
+            opt.step(params, grads)
+            losses.append(loss)
+        row = {"epoch": epoch + 1, "loss": float(np.mean(losses)),
+               "held_out_agreement": agreement(params, held_out)}
+        curve.append(row)
+        if progress:
+            progress(row)
+    return WarmupResult(params, curve)
+
+
+# -- reinforcement learning ------------------------------------------------------------------
+@dataclass
+class RLConfig:
+    episodes: int = 100
+    gamma: float = 0.99
+    lr: float = 3e-4
+    entropy: float = 0.01
+    value_coef: float = 0.5
+    explore: float = 0.05  # job-aware exploration probability per decision (decays to a tenth)
+    job_aware: bool = True
+    critic: bool = True  # False: REINFORCE with a running-mean baseline
+    replay: bool = True
+    replay_size: int = 50_000
+    batch_size: int = 256
+    updates: int = 8  # minibatch updates per episode
+    restart_weight: float = 1.0  # restart cost in units of the progress (or time) the penalty wastes
+    reward: str = "jct"  # "progress": DL2's normalised progress; "jct": minus the jobs waiting or running
+    jobs: int = 40  # Philly jobs per training episode
+    max_slots: int = 300  # episode cut (5 h of 60 s slots), bootstrapped by the critic
+    pool: int = 16  # distinct training workloads, cycled
+    seed: int = 0
+    window: int = DEFAULT_WINDOW
+
+
+def restart_cost(view: ClusterView, actions, reward: float, running: int, weight: float, interval: float) -> tuple[int, float]:
+    """Restarts the actions cause (changes of jobs that already hold GPUs) and their cost in
+    reward units: the penalty's share of a slot at the slot's mean per-job progress rate."""
+    current = {j.id: j.allocation for j in view.jobs}
+    restarts = sum(1 for job in changed(view, actions) if current.get(job))
+    per_job = reward / max(1, running)
+    return restarts, weight * restarts * per_job * view.restart_penalty_s / interval
+
+
+def rollout(policy: DL2Policy, sim: Simulator, weight: float,
+            max_slots: int | None = None, reward: str = "jct") -> tuple[list[Slot], ClusterView | None]:
+    """One training episode. A slot's reward is, for "progress" (DL2's), its normalised progress
+    minus its restart cost; for "jct", minus the active jobs in the slot and minus, per restart,
+    the slots of delay the penalty adds (summed over an episode: minus the total JCT in slots).
+
+    Stops after `max_slots` slots (a long tail of one big job teaches little and costs much);
+    returns the slots and the view it stopped at (None: the workload completed)."""
+    policy.record = []
+    policy.reset()
+    view = sim.reset()
+    last, running = 0.0, 1
+    while view is not None and (max_slots is None or len(policy.record) < max_slots):
+        actions = policy.decide(view)
+        restarts, cost = restart_cost(view, actions, last, running, weight, sim.config.interval)
+        running = sum(1 for j in view.jobs if j.allocation)
+        active = len(view.jobs)
+        view = sim.step(actions)
+        last = sim.last_progress
+        slot = policy.record[-1]
+        if reward == "jct":
+            slot.reward = -(active + weight * restarts * sim.config.restart_penalty / sim.config.interval)
+        else:
+            slot.reward = last - cost
+        slot.restarts = restarts
+    slots, policy.record = policy.record, None
+    return slots, view
+
+
+def returns(slots: Sequence[Slot], gamma: float, bootstrap: float = 0.0) -> list[tuple[Step, float]]:
+    """(step, discounted return of its slot): the steps of one slot share the slot's return.
+    `bootstrap` is the value of the state after the last slot (0 at the end of a workload)."""
+    out: list[tuple[Step, float]] = []
+    g = bootstrap
+    for slot in reversed(slots):
+        g = slot.reward + gamma * g
+        out.extend((s, g) for s in reversed(slot.steps))
+    out.reverse()
+    return out
+
+
+@dataclass
+class TrainState:
+    params: Params
+    opt: Adam
+    episode: int = 0
+    curve: list[dict] = field(default_factory=list)
+    reward_scale: float = 0.0
+    best: tuple[float, int, Params] | None = None  # (validation mean JCT, episode, weights)
+
+    def note_validation(self, jct: float) -> None:
+        if self.best is None or jct < self.best[0]:
+            self.best = (jct, self.episode, {k: v.copy() for k, v in self.params.items()})
+
+
+def rl_update(state: TrainState, fresh: list[tuple[Step, float]], buffer: list[tuple[Step, float]],
+              cfg: RLConfig, rng: np.random.Generator) -> dict:
+    """Actor-critic minibatch updates on fresh samples mixed with replayed ones."""
+    scale = state.reward_scale / (1 - cfg.gamma)  # value targets of order one
+    stats = {"loss": [], "entropy": []}
+    for _ in range(cfg.updates):
+        picks = [fresh[i] for i in rng.integers(0, len(fresh), cfg.batch_size)]
+        if cfg.replay and buffer:
+            picks += [buffer[i] for i in rng.integers(0, len(buffer), cfg.batch_size)]
+        x, present, valid, actions = batch([s for s, _ in picks])
+        targets = np.array([g for _, g in picks]) / scale
+        fw = forward(state.params, x, present, valid)
+        baseline = fw.value if cfg.critic else np.full(len(targets), targets.mean())
+        adv = targets - baseline
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        loss, grads = loss_and_grads(state.params, fw, actions, adv, targets if cfg.critic else None,
+                                     cfg.entropy, cfg.value_coef if cfg.critic else 0.0)
+        state.opt.step(state.params, grads)
+        stats["loss"].append(loss)
+        stats["entropy"].append(float(-(np.where(fw.valid, fw.prob * fw.logp, 0.0)).sum(axis=1).mean()))
+    return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+def state_value(params: Params, view: ClusterView, window: int, speed: SpeedModel | None) -> float:
+    """The critic's (scaled) value of the first decision of a slot at `view`."""
+    state = SlotState(view, window, speed)
+    x = state.matrix()
+    valid = state.valid()
+    if not valid.any():
+        valid[-1] = True
+    return float(forward(params, x[None], np.ones((1, len(x)), dtype=bool), valid[None]).value[0])
+
+
+def evaluate(params: Params, workloads: dict[str, Sequence[JobSpec]], config: ClusterConfig,
+             speed: SpeedModel | None, window: int = DEFAULT_WINDOW, max_slots: int = 2000) -> float:
+    """Mean over workloads of the greedy policy's mean JCT (s). A run still going after
+    `max_slots` slots (a poor early policy) counts unfinished jobs at their age: a lower bound."""
+    policy = DL2Policy(params, window=window, speed=speed)
+    means = []
+    for name, specs in workloads.items():
+        sim = Simulator(specs, config, name)
+        policy.reset()
+        view = sim.reset()
+        for _ in range(max_slots):
+            if view is None:
+                break
+            view = sim.step(policy.decide(view))
+        jcts = [max(0.0, (j.completion if j.completion is not None else sim.clock) - j.spec.time) for j in sim.jobs]
+        means.append(float(np.mean(jcts)))
+    return float(np.mean(means))
+
+
+def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: SpeedModel | None,
+             validation: dict[str, Sequence[JobSpec]], eval_every: int = 10,
+             checkpoint: Callable[[TrainState], None] | None = None,
+             progress: Callable[[dict], None] | None = None) -> TrainState:
+    """Run episodes `state.episode`..`cfg.episodes`; resumable from a checkpointed `state`."""
+    buffer: list[tuple[Step, float]] = []
+    if validation and state.episode == 0 and not state.curve:  # the starting point (e.g. the warm-up)
+        jct = evaluate(state.params, validation, config, speed, cfg.window)
+        state.note_validation(jct)
+        state.curve.append({"episode": 0, "validation_avg_jct_s": jct})
+        if progress:
+            progress(state.curve[-1])
+    pool = [philly_workload(seed=10_000 + cfg.seed * 1000 + k, jobs=cfg.jobs) for k in range(cfg.pool)]
+    while state.episode < cfg.episodes:
+        e = state.episode
+        t0 = time.perf_counter()
+        explore = cfg.explore * (1 - 0.9 * e / max(1, cfg.episodes - 1))
+        policy = DL2Policy(state.params, window=cfg.window, speed=speed, sample=True, explore=explore,
+                           job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e)
+        if not cfg.job_aware:
+            policy.explore = 0.0  # the ablation: exploration only from the softmax's own sampling
+        sim = Simulator(pool[e % cfg.pool], config, f"train-{e % cfg.pool}")
+        slots, last_view = rollout(policy, sim, cfg.restart_weight, cfg.max_slots, cfg.reward)
+        if not state.reward_scale:
+            state.reward_scale = float(np.mean([abs(s.reward) for s in slots])) or 1.0
+        tail = 0.0
+        if last_view is not None:
+            if not cfg.critic:  # no critic to bootstrap with: drop the slots whose return the cut distorts
+                slots = slots[:max(1, len(slots) - int(1 / (1 - cfg.gamma)))]
+            else:
+                tail = state_value(state.params, last_view, cfg.window, speed) * state.reward_scale / (1 - cfg.gamma)
+        fresh = returns(slots, cfg.gamma, tail)
+        rng = np.random.default_rng([cfg.seed, e])
+        stats = rl_update(state, fresh, buffer, cfg, rng) if fresh else {"loss": math.nan, "entropy": math.nan}
+        if cfg.replay:
+            buffer.extend(fresh)
+            del buffer[:max(0, len(buffer) - cfg.replay_size)]
+        state.episode += 1
+        row = {"episode": state.episode, "slots": len(slots), "completed": sim.completed,
+               "reward_per_slot": float(np.mean([s.reward for s in slots])),
+               "restarts": sum(s.restarts for s in slots),
+               "explore": explore, "seconds": time.perf_counter() - t0, **stats}
+        if validation and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
+            row["validation_avg_jct_s"] = evaluate(state.params, validation, config, speed, cfg.window)
+            state.note_validation(row["validation_avg_jct_s"])
+        state.curve.append(row)
+        if progress:
+            progress(row)
+        if checkpoint and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
+            checkpoint(state)
+    return state
+
+
+def new_params(hidden: int, layers: int, seed: int) -> Params:
+    return init_params(FEATURES, hidden, layers, seed)
+
+
+def curve_json(curve: list[dict]) -> str:
+    return json.dumps(curve)
+
+
+def write_curves(curve: list[dict], path: str | Path, title: str) -> Path | None:
+    """CSV next to a PNG of the learning curve (the PNG only if matplotlib is installed)."""
+    import csv
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    keys = sorted({k for row in curve for k in row})
+    with open(path.with_suffix(".csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(curve)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    xkey = "episode" if "episode" in keys else "epoch"
+    for key in ("validation_avg_jct_s",):
+        pts = [(r[xkey], r[key]) for r in curve if key in r]
+        if pts:
+            ax.plot(*zip(*pts), label=key.replace("_", " "), marker="." if key.startswith("val") else None)
+    if "held_out_agreement" in keys:
+        ax.plot([r[xkey] for r in curve], [r["held_out_agreement"] for r in curve], label="held-out agreement")
+    ax.set_xlabel(xkey)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path.with_suffix(".png"), dpi=100)
+    plt.close(fig)
+    return path.with_suffix(".png")

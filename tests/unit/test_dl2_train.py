@@ -1,0 +1,116 @@
+"""DL2 training: the warm-up imitates DRF on held-out states, RL is deterministic and resumable."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from slurm_liquid.policy import make_policy
+from slurm_liquid.policy.dl2.agent import DL2Policy
+from slurm_liquid.policy.dl2.net import Adam
+from slurm_liquid.policy.dl2.train import (RLConfig, TrainState, agreement, collect_teacher, new_params,
+                                           returns, supervised, train_rl)
+from slurm_liquid.sim.engine import Simulator
+from slurm_liquid.sim.oracle import OracleSpeedModel
+
+from .dl2_fixtures import CONFIG, small_workload
+
+SPEED = OracleSpeedModel(4)
+
+
+@pytest.fixture(scope="module")
+def warm():
+    drf = make_policy("drf")
+    train = [s for seed in range(3) for s in collect_teacher(small_workload(seed), drf, CONFIG, 32, SPEED, max_slots=60)]
+    held = [s for seed in (100, 101) for s in collect_teacher(small_workload(seed), drf, CONFIG, 32, SPEED, max_slots=60)]
+    params = new_params(32, 2, seed=0)
+    before = agreement(params, held)
+    result = supervised(params, train, held, epochs=12, lr=3e-3, batch_size=64, seed=0)
+    return result, before, held
+
+
+def test_warmup_reaches_high_agreement_with_drf_on_held_out_states(warm):
+    result, before, held = warm
+    assert len(held) > 200
+    assert result.curve[-1]["held_out_agreement"] >= 0.95
+    assert result.curve[-1]["held_out_agreement"] > before
+
+
+def test_warm_policy_schedules_like_drf_on_an_unseen_workload(warm):
+    result, _, _ = warm
+    specs = small_workload(200)
+    dl2 = Simulator(specs, CONFIG).run(DL2Policy(result.params, window=32, speed=SPEED))
+    drf = Simulator(specs, CONFIG).run(make_policy("drf"))
+    assert len(dl2.jcts) == len(specs)
+    assert abs(dl2.avg_jct_s - drf.avg_jct_s) / drf.avg_jct_s < 0.1
+
+
+def test_returns_share_the_slot_return_and_discount_across_slots():
+    from slurm_liquid.policy.dl2.agent import Slot, Step
+
+    step = Step(np.zeros((1, 1)), np.ones(1, bool), 0)
+    slots = [Slot([step, step], reward=1.0), Slot([step], reward=2.0)]
+    assert [g for _, g in returns(slots, 0.5, bootstrap=4.0)] == [1 + 0.5 * (2 + 0.5 * 4)] * 2 + [2 + 0.5 * 4]
+
+
+def _rl(episodes, state=None, **kw):
+    cfg = RLConfig(episodes=episodes, jobs=6, pool=2, max_slots=40, updates=2, batch_size=64, window=8, **kw)
+    if state is None:
+        params = new_params(8, 2, seed=1)
+        state = TrainState(params, Adam(params, lr=cfg.lr))
+    validation = {"v": small_workload(300, jobs=4)}
+    import slurm_liquid.policy.dl2.train as T
+
+    original = T.philly_workload
+    T.philly_workload = lambda seed, jobs=6, **_: small_workload(seed, jobs=jobs)
+    try:
+        return train_rl(state, cfg, CONFIG, SPEED, validation, eval_every=2)
+    finally:
+        T.philly_workload = original
+
+
+def test_rl_is_deterministic_given_its_seed():
+    a, b = _rl(2), _rl(2)
+    assert all(np.array_equal(a.params[k], b.params[k]) for k in a.params)
+    assert [r.get("reward_per_slot") for r in a.curve] == [r.get("reward_per_slot") for r in b.curve]
+    assert a.curve[0]["episode"] == 0 and a.best is not None  # the starting point is validated too
+    assert "validation_avg_jct_s" in a.curve[-1]
+    c = _rl(2, seed=5)
+    assert not np.array_equal(a.params["W0"], c.params["W0"])
+
+
+def test_rl_resumes_from_its_state_and_ablations_run():
+    half = _rl(1)
+    resumed = _rl(2, state=dataclasses.replace(half))
+    assert resumed.episode == 2 and [r["episode"] for r in resumed.curve] == [0, 1, 2]
+    for kw in ({"critic": False}, {"replay": False}, {"job_aware": False}):
+        assert _rl(1, **kw).episode == 1
+
+
+def test_greedy_policy_is_deterministic():
+    params = new_params(8, 2, seed=2)
+    specs = small_workload(7, jobs=5)
+    runs = [Simulator(specs, CONFIG).run(DL2Policy(params, window=8, speed=SPEED)).jcts for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_jct_reward_is_minus_active_jobs_and_restart_delay():
+    from slurm_liquid.policy.dl2.train import rollout
+
+    specs = small_workload(11, jobs=4)
+    policy = DL2Policy(new_params(8, 2, seed=3), window=8, speed=SPEED, sample=True, seed=1)
+    slots, last = rollout(policy, Simulator(specs, CONFIG), weight=1.0, max_slots=20, reward="jct")
+    assert len(slots) == 20 and last is not None
+    for slot in slots:
+        active_part = -slot.reward - slot.restarts * CONFIG.restart_penalty / CONFIG.interval
+        assert active_part == pytest.approx(round(active_part)) and 1 <= round(active_part) <= 4
+
+
+def test_shipped_policies_load_and_match_the_restart_penalty():
+    from slurm_liquid.policy.dl2.io import SHIPPED, load_policy, shipped_for
+
+    assert shipped_for(30) == SHIPPED[30.0] and shipped_for(200) == SHIPPED[150.0]
+    for path in SHIPPED.values():
+        params, meta = load_policy(path)
+        assert path.stat().st_size < 2_000_000
+        assert "Philly" in meta["training"]["workloads"] and meta["restart_penalty"] in (30.0, 150.0)
