@@ -3,7 +3,7 @@
 # Daemons run in the background with their logs in /var/log/slurm, so that a test may stop and
 # restart one of them without stopping the container; `cluster logs HOST` prints those logs.
 set -euo pipefail
-role=${1:?usage: entrypoint.sh mariadb|controller|node}
+role=${1:?usage: entrypoint.sh mariadb|controller|node|daemon-start|daemon-stop}
 log() { echo "entrypoint[$role]: $*"; }
 
 wait_port() {  # host port seconds
@@ -25,12 +25,32 @@ install_config() {
     if [ -d /etc/slurm-liquid/slurm ]; then
         cp -r /etc/slurm-liquid/slurm/. /etc/slurm/
     fi
+    # The test cluster's own liquid.toml (enforcing, short timings) and site file.
+    install -m 644 /cluster-config/liquid.toml /cluster-config/liquid-site.toml /etc/slurm/
     install -m 400 -o munge -g munge /cluster-state/munge.key /etc/munge/munge.key
     install -d -o munge -g munge /run/munge
     su -s /bin/sh munge -c /usr/sbin/munged
 }
 
+# The slurm-liquid daemon beside slurmctld (what etc/systemd/slurm-liquid-daemon.service does on a
+# real controller); tests stop and start it with `docker exec CONTAINER entrypoint.sh daemon-stop`.
+daemon_start() {
+    if pgrep -f "slurm-liquid daemon" >/dev/null; then return 0; fi
+    setsid slurm-liquid daemon >>/var/log/slurm/liquid-daemon.out 2>&1 < /dev/null &
+    local deadline=$((SECONDS + 20))
+    until [ -s /var/spool/slurm-liquid/heartbeat ]; do
+        if ((SECONDS > deadline)); then log "the slurm-liquid daemon wrote no heartbeat in 20 s"; return 1; fi
+        sleep 0.2
+    done
+}
+
 case "$role" in
+daemon-start)
+    daemon_start
+    ;;
+daemon-stop)
+    pkill -KILL -f "slurm-liquid daemon" || true
+    ;;
 mariadb)
     if [ ! -d /var/lib/mysql/mysql ]; then mariadb-install-db --user=mysql >/dev/null; fi
     install -d -o mysql -g mysql /run/mysqld
@@ -63,6 +83,7 @@ controller)
         if ((SECONDS > deadline)); then log "could not add the users to accounting"; break; fi
         sleep 1
     done
+    daemon_start || true
     log ready
     exec sleep infinity
     ;;

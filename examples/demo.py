@@ -1,73 +1,89 @@
 #!/usr/bin/env python3
-"""The main demo on the containerized cluster: submit a few GPU jobs and show what Slurm says.
+"""The main demo on the containerized cluster: slurm-liquid's submission path, end to end.
 
     make demo            # brings the cluster up first
     python examples/demo.py [--suite trixie|bookworm|sid]
 
-Each job script says what it trains in `#LIQUID` lines; the demo shows what slurm-liquid estimates
-each job needs and where Liquid placement would put it, submits the jobs as their users asked, and
-reads everything back through slurm-liquid's Slurm client (squeue/sacct/scontrol JSON).
+Users alice and bob submit deep-learning jobs with plain `sbatch`, saying what each job trains in one
+of three ways: `#LIQUID` lines in the script, `--comment="liquid: ..."`, or the `slurm-liquid sbatch`
+wrapper with `--liquid-*` flags. On the test cluster slurm-liquid enforces (containers/slurm/liquid.toml):
+cli_filter.lua right-sizes each request and tells the user, job_submit.lua holds the job for the daemon,
+the daemon places it under as few switches as possible and starts it. Everything is then read back from
+`sacct`, where each job's Comment carries its slurm-liquid record.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
-from pathlib import Path
 
-from slurm_liquid.errors import LiquidError
-from slurm_liquid.estimate.api import estimate
-from slurm_liquid.jobspec import parse_script
-from slurm_liquid.placement import ClusterState, PlacementRequest
-from slurm_liquid.placement.liquid import LiquidBestFit
+from slurm_liquid.record import Record
 from slurm_liquid.slurm import ContainerRunner, SlurmError, connect
 
-SITE = Path(__file__).resolve().parents[1] / "containers" / "slurm" / "liquid-site.toml"  # 4 x h100 per node
-JOBS = [  # (name, sbatch arguments, the batch script's body)
-    ("resnet50", ["--gres=gpu:h100:1"], "#LIQUID model=resnet50 batch-size=64 precision=bf16\nsleep 4"),
-    ("bert-large", ["--gres=gpu:h100:2"],
-     "#LIQUID model=bert-large batch-size=32 seq-len=512 precision=amp optimizer=adamw\nsleep 6"),
-    ("gpt2-xl", ["-N", "2", "--gres=gpu:h100:4"],
-     "#LIQUID model=gpt2-xl batch-size=16 seq-len=1024 precision=bf16 optimizer=adamw\nsrun hostname"),
-    ("notebook", ["--gres=shard:4"], "sleep 3"),  # says nothing about itself: runs as asked
-    ("broken", ["--gres=gpu:h100:1"], "#LIQUID model=resnet18 batch-size=32\nexit 3"),
+# (name, user, how, sbatch arguments, #LIQUID lines / --comment / --liquid-* flags)
+JOBS = [
+    ("resnet50", "alice", "directives", ["--gres=gpu:4"],
+     "#LIQUID model=resnet50 batch-size=256 precision=bf16"),
+    ("bert-large", "bob", "directives", ["--gres=gpu:1"],
+     "#LIQUID model=bert-large batch-size=64 seq-len=512 precision=amp optimizer=adamw min-gpus=2"),
+    ("gpt2-medium", "alice", "comment", ["--gres=gpu:2"],
+     "liquid: model=gpt2-medium batch-size=32 seq-len=1024 precision=bf16 min-gpus=4 max-gpus=4"),
+    ("gpt2-large", "bob", "comment", ["-N", "2", "--gres=gpu:4"],
+     "liquid: model=gpt2-large batch-size=32 seq-len=1024 precision=bf16 min-gpus=8 max-gpus=8"),
+    ("resnet18", "alice", "wrapper", ["--gres=gpu:1"],
+     ["--liquid-model", "resnet18", "--liquid-batch-size", "32"]),
+    ("vit", "bob", "wrapper", ["--gpus=2"],
+     ["--liquid-model", "vit-base", "--liquid-batch-size", "128", "--liquid-precision", "amp"]),
+    ("typo", "alice", "directives", ["--gres=gpu:1"], "#LIQUID model=resnet50 batch-size=64k0"),
+    ("notebook", "bob", "plain", ["--gres=shard:4"], ""),
 ]
+
+
+def container_exec(container: str, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def submit(container: str, name: str, user: str, how: str, args: list[str], said) -> tuple[int, list[str]]:
+    body = f"#!/bin/sh\n{said if how == 'directives' else ''}\nsleep 8\n"
+    path = f"/shared/demo-{name}.sh"
+    written = container_exec(container, "python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
+                             path, body)
+    if written.returncode:
+        raise SlurmError(f"cannot write {path}: {written.stderr.strip()}")
+    command = ["slurm-liquid", "sbatch", *said] if how == "wrapper" else ["sbatch"]
+    if how == "comment":
+        command.append(f"--comment={said}")
+    proc = container_exec(container, "runuser", "-u", user, "--", *command, "--parsable", f"--job-name={name}",
+                          "--chdir=/shared", "--output=/dev/null", *args, path)
+    if proc.returncode:
+        raise SlurmError(f"sbatch of {name} failed: {proc.stderr.strip()}")
+    return int(proc.stdout.strip().split(";")[0]), [l for l in proc.stderr.splitlines() if "slurm-liquid" in l]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--suite", default="trixie")
-    parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for the jobs to end")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds to wait for the jobs to end")
     args = parser.parse_args()
-    client = connect("cli", runner=ContainerRunner(f"liquid-{args.suite}-slurmctld"))
+    container = f"liquid-{args.suite}-slurmctld"
+    client = connect("cli", runner=ContainerRunner(container))
 
-    print(f"Slurm {client.version()} through the {client.name} backend\n")
+    print(f"Slurm {client.version()} with slurm-liquid enforcing (containers/slurm/liquid.toml)\n")
     topology = client.topology()
     print("Topology (leaf switch: nodes):")
     for node in client.nodes():
-        print(f"  {topology.leaf_of(node.name)}: {node.name}  {node.gpus} x {node.gpu_type} GPUs, {node.shards} shards, "
-              f"{node.cpus} CPUs, {node.mem_mib} MiB, {node.state.lower()}")
+        print(f"  {topology.leaf_of(node.name)}: {node.name}  {node.gpus} x {node.gpu_type} GPUs, {node.shards} shards")
 
-    print("\nWhat each job says, what slurm-liquid estimates, and where Liquid would place it on the idle cluster:")
-    state = ClusterState.from_nodes(client.nodes())
-    placer = LiquidBestFit(topology)
-    for name, sbatch_args, body in JOBS:
-        print(f"  {name:10s} asks {' '.join(sbatch_args)}")
-        try:
-            est = estimate(parse_script(f"#!/bin/sh\n{body}\n"), site=str(SITE))
-        except LiquidError as exc:
-            print(f"  {'':10s} no estimate ({exc}): runs as asked")
-            continue
-        where = placer.place(PlacementRequest(name, est.decision.gpus), state) if not est.decision.shards else None
-        placed = ", ".join(f"{n}:{g}" for n, g in where.nodes.items()) if where and where.placed else "a shared GPU"
-        nodes = f" --nodes={est.decision.nodes}" if est.decision.nodes > 1 else ""
-        print(f"  {'':10s} {est.explanation()}\n  {'':10s} -> --gres={est.decision.gres}{nodes}, placed on {placed}")
-
-    ids = {}
-    for name, sbatch_args, body in JOBS:
-        ids[client.submit(f"#!/bin/sh\n{body}\n", ["--job-name", name, "--chdir", "/shared", *sbatch_args])] = name
-    print(f"\nSubmitted {len(ids)} jobs as asked: {', '.join(f'{i} ({n})' for i, n in ids.items())}")
+    print("\nSubmitting; what each user sees from sbatch:")
+    ids: dict[int, tuple[str, str]] = {}
+    for name, user, how, sbatch_args, said in JOBS:
+        job_id, lines = submit(container, name, user, how, sbatch_args, said)
+        ids[job_id] = (name, how)
+        shown = f"  {user}$ sbatch {' '.join(sbatch_args)}  [{how}]  -> job {job_id}"
+        print(shown + "".join(f"\n      {line.strip()}" for line in lines))
 
     deadline = time.monotonic() + args.timeout
     while True:
@@ -79,11 +95,21 @@ def main() -> int:
             return 1
         time.sleep(2)
 
-    print("\nWhat sacct recorded:")
-    print(f"  {'job':>5}  {'name':12} {'state':10} {'GPUs':>4} {'shards':>6}  {'nodes':12} exit")
+    print("\nWhat sacct recorded (the Comment column is slurm-liquid's record):")
+    print(f"  {'job':>4}  {'name':11} {'how':10} {'state':9} {'GPUs':>4} {'shards':>6}  {'nodes':14} {'leaves':6}  record")
     for job in sorted(done, key=lambda j: j.job_id):
-        print(f"  {job.job_id:>5}  {job.name:12} {job.state:10} {job.gpus:>4} {job.shards:>6}  "
-              f"{','.join(job.nodes):12} {job.exit_code}")
+        name, how = ids[job.job_id]
+        leaves = len({topology.leaf_of(n) for n in job.nodes})
+        record = Record.parse(job.comment)
+        head = record.render().split(" | ")[0] if record else "(none: did not opt in)"
+        print(f"  {job.job_id:>4}  {name:11} {how:10} {job.state:9} {job.gpus:>4} {job.shards:>6}  "
+              f"{','.join(job.nodes):14} {leaves:>6}  {head}")
+
+    example = next(j for j, (name, _) in ids.items() if name == "gpt2-large")
+    print(f"\n$ slurm-liquid explain {example}")
+    shown = container_exec(container, "slurm-liquid", "explain", str(example))
+    print(shown.stdout.rstrip() or shown.stderr.rstrip())
+    print("\nSame view by hand: sacct -X -o JobID,JobName,State,AllocTRES%40,NodeList,Comment%120")
     return 0
 
 

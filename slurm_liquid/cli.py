@@ -24,6 +24,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "place": ("slurm_liquid.placement.cli", "place GPU jobs on a switch topology"),
     "simulate": ("slurm_liquid.sim.cli", "run the trace-driven scheduling simulator"),
     "policy": ("slurm_liquid.policy.dl2.cli", "train and inspect the DL2 scheduling policy"),
+    "sbatch": ("slurm_liquid.admission.sbatch", "sbatch with --liquid-KEY VALUE job-spec flags"),
+    "submit-filter": ("slurm_liquid.admission.filter", "the helper cli_filter.lua runs in every sbatch"),
+    "daemon": ("slurm_liquid.daemon.cli", "hold, place and release opted-in jobs (runs beside slurmctld)"),
+    "explain": ("slurm_liquid.explain", "show a job's slurm-liquid record and the reasoning behind it"),
 }
 
 
@@ -60,9 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"slurm-liquid {top.command}: not available in this installation ({exc})", file=sys.stderr)
             return 2
         raise
-    sub_parser = argparse.ArgumentParser(prog=f"slurm-liquid {top.command}", description=help_text)
-    module.add_arguments(sub_parser)
-    args = sub_parser.parse_args(rest)
+    if getattr(module, "RAW_ARGV", False):  # a wrapper: its arguments belong to another command
+        args = argparse.Namespace(argv=rest)
+    else:
+        sub_parser = argparse.ArgumentParser(prog=f"slurm-liquid {top.command}", description=help_text)
+        module.add_arguments(sub_parser)
+        args = sub_parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
     except LiquidError as exc:

@@ -26,6 +26,7 @@ class Estimate:
     factor: float                # learned correction (1.0 without a fitted model)
     decision: Decision
     correction_meta: dict[str, Any]
+    table_nodes: int = 0         # GPU nodes of the cluster per the site file (0 = unknown)
 
     @property
     def gpu_mem_mib(self) -> int:
@@ -40,10 +41,16 @@ class Estimate:
         if not d.fits:
             return why + f"; does not fit {d.gpus} x {self.gpu.name} ({d.card_mib} MiB) even sharded"
         if d.shards:
-            return why + f"; fits {d.shards}/16 of one {self.gpu.name} ({d.card_mib} MiB): shared GPU"
+            return why + f"; fits {d.shards}/{d.shards_per_gpu} of one {self.gpu.name} ({d.card_mib} MiB): shared GPU"
         shard = f", sharded with {d.sharding}" if d.sharding != "none" else ""
         auto = " (model states alone exceed one card)" if d.auto_sharded else ""
         return why + f"; smallest fit: {d.gpus} x {self.gpu.name} ({d.card_mib} MiB){shard}{auto}"
+
+    def summary(self) -> str:
+        """One word for records: `2xh100-80gb:66G` or, for a GPU share, `3/16shard:h100-80gb:15G`."""
+        d = self.decision
+        what = f"{d.shards}/{d.shards_per_gpu}shard:{self.gpu.name}" if d.shards else f"{d.gpus}x{self.gpu.name}"
+        return f"{what}:{d.need_mib / 1024:.0f}G"
 
     def to_json(self) -> dict[str, Any]:
         d = self.decision
@@ -100,4 +107,4 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
     decision = decide(entry, spec, gpu, table, need)
     prior = breakdown(entry, spec, decision.gpus, decision.sharding, context)
     factor = fitted.factor(entry, spec, prior) if fitted else 1.0
-    return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {})
+    return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {}, table.nodes)

@@ -7,8 +7,9 @@
   bandwidth (NVLink inside a node, the network across nodes); `max_efficient_gpus` is the widest
   count (up to max-gpus) whose efficiency stays at or above MIN_EFFICIENCY, for elastic jobs.
 - Fine-grained sharing: a one-GPU job that needs at most SHARE_LIMIT of a card gets `shard:K`
-  GRES out of SHARDS_PER_GPU (the `Name=shard Count=16` of gres.conf).
-- CPUs and host memory per GPU by family (input pipelines differ), see CPUS_PER_GPU.
+  GRES out of the site's shards per GPU (gres.conf `Name=shard Count=` over the node's GPUs; 16).
+- CPUs and host memory per GPU by family (input pipelines differ), see CPUS_PER_GPU, capped at a
+  GPU's share of a node when the site file gives `cpus_per_node` / `mem_mib_per_node`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from slurm_liquid.estimate.prior import MIB, Breakdown
 from slurm_liquid.jobspec import JobSpec
 
 SHARE_LIMIT = 0.5
-SHARDS_PER_GPU = 16
 MIN_EFFICIENCY = 0.7
 MFU = 0.35                     # achieved share of peak 16-bit tensor throughput
 PEAK_TFLOPS = 300.0            # order of an A100/H100 class card; only ratios matter here
@@ -51,6 +51,7 @@ class Decision:
     host_mem_mib_per_gpu: int
     efficiency: float
     max_efficient_gpus: int
+    shards_per_gpu: int = 16
 
 
 def flops_per_sample(entry: ModelEntry, spec: JobSpec) -> float:
@@ -103,12 +104,17 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     per_node = math.ceil(chosen / nodes)
     shards = 0
     if chosen == 1 and fits and need_mib <= SHARE_LIMIT * gpu.mem_mib:
-        shards = max(1, math.ceil(need_mib / (gpu.mem_mib / SHARDS_PER_GPU)))
+        shards = max(1, math.ceil(need_mib / (gpu.mem_mib / table.shards_per_gpu)))
     gres = f"shard:{shards}" if shards else f"gpu:{gpu.gres_type}:{per_node}"
     cpus = CPUS_PER_GPU.get(entry.family, 4)
     if shards:
-        cpus = max(2, math.ceil(cpus * shards / SHARDS_PER_GPU))
+        cpus = max(2, math.ceil(cpus * shards / table.shards_per_gpu))
     host = HOST_BASE_MIB + cpus * HOST_PER_CPU_MIB + 1.5 * per_gpu.model_states / MIB
+    # A GPU's share of its node is all a job can get per GPU when the node is full.
+    if table.cpus_per_node:
+        cpus = max(1, min(cpus, table.cpus_per_node // table.gpus_per_node))
+    if table.mem_mib_per_node:
+        host = min(host, table.mem_mib_per_node / table.gpus_per_node)
     widest = chosen
     for n in _widths(table.gpus_per_node, chosen, spec.max_gpus or chosen):
         if efficiency(entry, spec, n, gpu, table) >= MIN_EFFICIENCY:
@@ -118,4 +124,4 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
                     card_mib=gpu.mem_mib, shards=shards, gres=gres, cpus_per_gpu=cpus,
                     host_mem_mib_per_gpu=int(math.ceil(host)),
                     efficiency=round(efficiency(entry, spec, chosen, gpu, table), 3),
-                    max_efficient_gpus=widest)
+                    max_efficient_gpus=widest, shards_per_gpu=table.shards_per_gpu)

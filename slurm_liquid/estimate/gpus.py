@@ -57,6 +57,10 @@ class GpuTable:
     inter_node_gbs: float
     gpus_per_node: int
     headroom: float
+    cpus_per_node: int = 0         # 0 = unknown: CPUs and host memory per GPU are not capped
+    mem_mib_per_node: int = 0
+    nodes: int = 0                 # GPU nodes of the cluster, 0 = unknown (submission never grows a job past it)
+    shards_per_gpu: int = 16       # gres.conf `Name=shard Count=` of a node divided by its GPUs
 
     def lookup(self, name: str) -> GpuType:
         model, mem = _key(name)
@@ -104,4 +108,8 @@ def load_gpu_table(site: str | None = None) -> GpuTable:
     return GpuTable(types=types, default=str(defaults.get("gpu_type", doc["default"])),
                     inter_node_gbs=float(defaults.get("inter_node_gbs", doc["inter_node_gbs"])),
                     gpus_per_node=int(defaults.get("gpus_per_node", doc["gpus_per_node"])),
-                    headroom=float(defaults.get("headroom", doc["headroom"])))
+                    headroom=float(defaults.get("headroom", doc["headroom"])),
+                    cpus_per_node=int(defaults.get("cpus_per_node", 0)),
+                    mem_mib_per_node=int(defaults.get("mem_mib_per_node", 0)),
+                    nodes=int(defaults.get("nodes", 0)),
+                    shards_per_gpu=int(defaults.get("shards_per_gpu", 16)))

@@ -139,6 +139,10 @@ class CliBackend:
             return Topology.flat([n.name for n in self.nodes()])
         return Topology.from_scontrol(text)
 
+    def batch_script(self, job_id: int) -> str:
+        """The batch script of a job slurmctld still holds (operators and the job's owner only)."""
+        return self._run("scontrol", "write", "batch_script", str(int(job_id)), "-")
+
     # ------------------------------------------------------------ writes
 
     def submit(self, script: str, args: Sequence[str] = ()) -> int:

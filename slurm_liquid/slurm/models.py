@@ -57,6 +57,8 @@ class Job:
     restarts: int = 0
     exit_code: int | None = None
     submit_time: datetime | None = None
+    eligible_time: datetime | None = None   # a pending job's begin time (--begin, or a hold lease)
+    required_nodes: tuple[str, ...] = ()    # ReqNodeList
     start_time: datetime | None = None
     end_time: datetime | None = None
     time_limit_s: int | None = None

@@ -244,6 +244,7 @@ def job_from_squeue(raw: Mapping[str, Any]) -> Job:
         restarts=integer(raw.get("restart_cnt")),
         exit_code=_exit_code(raw.get("exit_code")) if state in FINISHED_STATES else None,
         submit_time=timestamp(raw.get("submit_time")), start_time=timestamp(raw.get("start_time")),
+        eligible_time=timestamp(raw.get("eligible_time")), required_nodes=expand_nodes(raw.get("required_nodes")),
         # squeue reports the expected end (start + time limit) for running jobs: keep only real ends.
         end_time=timestamp(raw.get("end_time")) if state in FINISHED_STATES else None,
         time_limit_s=None if limit_min is None else int(limit_min) * 60,

@@ -31,7 +31,7 @@ def test_nodes_partitions_and_topology(cluster: Cluster) -> None:
     nodes = {n.name: n for n in cluster.client.nodes()}
     assert sorted(nodes) == ["gpu01", "gpu02", "gpu03", "gpu04"]
     for node in nodes.values():
-        assert (node.gpus, node.gpu_type, node.shards, node.cpus, node.mem_mib) == (4, "h100", 16, 8, 16000)
+        assert (node.gpus, node.gpu_type, node.shards, node.cpus, node.mem_mib) == (4, "h100", 64, 8, 16000)
         assert node.partitions == ("gpu",)
     [partition] = cluster.client.partitions()
     assert partition.name == "gpu" and partition.is_default and partition.total_gpus == 16
@@ -43,15 +43,15 @@ def test_nodes_partitions_and_topology(cluster: Cluster) -> None:
 
 def test_submitted_job_is_read_back_live_and_from_accounting(cluster: Cluster) -> None:
     client = cluster.client
-    job_id = client.submit(script("sleep 2"), ["-N", "2", "--gres=gpu:h100:2", "--comment=liquid:v1 demo",
+    job_id = client.submit(script("sleep 2"), ["-N", "2", "--gres=gpu:h100:2", "--comment=note:v1 demo",
                                               "--job-name=readback", "--output=/dev/null"])
     live = client.job(job_id)
     assert live is not None and live.job_id == job_id and live.name == "readback"
-    assert live.gpus_per_node == 2 and live.comment == "liquid:v1 demo"
+    assert live.gpus_per_node == 2 and live.comment == "note:v1 demo"
     done = wait_for(f"job {job_id} in accounting", lambda: finished(cluster, job_id))
     assert done.state == "COMPLETED" and done.exit_code == 0
     assert done.gpus == 4 and len(done.nodes) == 2 and done.num_nodes == 2
-    assert done.comment == "liquid:v1 demo"
+    assert done.comment == "note:v1 demo"
     assert done.start_time is not None and done.end_time is not None and done.end_time >= done.start_time
 
 
@@ -67,10 +67,10 @@ def test_hold_update_comment_release(cluster: Cluster) -> None:
     held = client.job(job_id)
     assert held.is_pending and held.held
     client.resize(job_id, gpus_per_node=3, nodes=["gpu04"])
-    client.set_comment(job_id, "liquid:v1 placed=gpu04")
+    client.set_comment(job_id, "note:v1 placed=gpu04")
     client.release(job_id)
     done = wait_for(f"released job {job_id} to end", lambda: finished(cluster, job_id))
-    assert done.nodes == ("gpu04",) and done.gpus == 3 and done.comment == "liquid:v1 placed=gpu04"
+    assert done.nodes == ("gpu04",) and done.gpus == 3 and done.comment == "note:v1 placed=gpu04"
 
 
 def test_requeue_hold_and_resize_keeps_the_job_id(cluster: Cluster) -> None:

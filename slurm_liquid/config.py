@@ -1,0 +1,150 @@
+"""The one configuration file of a site: /etc/slurm/liquid.toml (or $SLURM_LIQUID_CONFIG).
+
+Every part reads it through `load()`: the cli_filter helper (submit mode), the daemon (placement mode,
+timings, placer) and `explain`. A missing file means the defaults: advise at submission, shadow
+placement, so that installing the package changes no job until an admin says so.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from slurm_liquid.errors import UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CONFIG_ENV = "SLURM_LIQUID_CONFIG"
+DEFAULT_PATH = Path("/etc/slurm/liquid.toml")
+SUBMIT_MODES = ("off", "advise", "adjust")
+DAEMON_MODES = ("off", "shadow", "enforce")
+PLACERS = ("liquid", "ga", "auto")
+
+
+@dataclass(frozen=True)
+class SubmitConfig:
+    """What cli_filter does with the estimate: nothing, print advice, or rewrite the request."""
+
+    mode: str = "advise"
+    timeout_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    mode: str = "shadow"
+    spool_dir: str = "/var/spool/slurm-liquid"
+    slurm_user: str = "slurm"          # job_submit.lua and EpilogSlurmctld write events as this user
+    heartbeat_s: float = 5.0
+    stale_after_s: float = 20.0        # job_submit.lua treats an older heartbeat as "daemon down"
+    lease_s: float = 60.0              # a held job starts by itself after this unless the daemon renews
+    max_hold_s: float = 600.0          # never hold longer: then Slurm's own scheduler takes the job
+    poll_s: float = 30.0               # safety net when no event arrives
+    batch_window_s: float = 0.5        # submissions arriving this close together form one batch
+    placer: str = "auto"               # liquid (best fit per job), ga (grouping GA), auto
+    batch_min: int = 3                 # auto: the GA for batches of at least this many jobs
+    spread_after_s: float = 120.0      # a job that fits under one leaf switch waits this long for it
+    log_file: str = ""
+
+
+@dataclass(frozen=True)
+class EstimateConfig:
+    site: str = ""                     # GPU types and catalog additions
+    correction: str = ""               # fitted correction model (JSON)
+
+
+@dataclass(frozen=True)
+class Config:
+    submit: SubmitConfig = field(default_factory=SubmitConfig)
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    path: str = ""
+
+
+def _section(cls: type, raw: Any, name: str, where: str) -> Any:
+    if raw is None:
+        return cls()
+    if not isinstance(raw, Mapping):
+        raise UsageError(f"{where}: [{name}] must be a table")
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for key, value in raw.items():
+        attr = key.replace("-", "_")
+        if attr not in known:
+            raise UsageError(f"{where}: [{name}] {key}: unknown setting; known: {', '.join(known)}")
+        values[attr] = _typed(value, known[attr].default, f"{where}: [{name}] {key}")
+    return cls(**values)
+
+
+def _typed(value: Any, default: Any, where: str) -> Any:
+    """`value` checked against the type of the setting's default (ints stay whole, numbers >= 0)."""
+    if isinstance(default, bool) or type(value) is bool:
+        ok, kind = type(value) is type(default), type(default).__name__
+    elif isinstance(default, int):
+        ok, kind = type(value) is int and value >= 0, "non-negative whole number"
+    elif isinstance(default, float):
+        ok, kind = type(value) in (int, float) and value >= 0, "non-negative number"
+    else:
+        ok, kind = isinstance(value, str), "string"
+    if not ok:
+        raise UsageError(f"{where}: {value!r} is not a {kind}")
+    return type(default)(value)
+
+
+def _choice(value: str, allowed: tuple[str, ...], what: str, where: str) -> None:
+    if value not in allowed:
+        raise UsageError(f"{where}: {what} = {value!r}; choose one of {', '.join(allowed)}")
+
+
+def parse(text: str, where: str = "liquid.toml") -> Config:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"{where}: not valid TOML: {exc}") from None
+    unknown = set(raw) - {"submit", "daemon", "estimate"}
+    if unknown:
+        raise UsageError(f"{where}: unknown section [{sorted(unknown)[0]}]; sections are submit, daemon, estimate")
+    config = Config(_section(SubmitConfig, raw.get("submit"), "submit", where),
+                    _section(DaemonConfig, raw.get("daemon"), "daemon", where),
+                    _section(EstimateConfig, raw.get("estimate"), "estimate", where), where)
+    return validate(config)
+
+
+def validate(config: Config) -> Config:
+    """The checks that span settings; raises UsageError naming the file and setting."""
+    where = config.path or "settings"
+    _choice(config.submit.mode, SUBMIT_MODES, "[submit] mode", where)
+    _choice(config.daemon.mode, DAEMON_MODES, "[daemon] mode", where)
+    _choice(config.daemon.placer, PLACERS, "[daemon] placer", where)
+    d = config.daemon
+    if d.lease_s < 2 * max(d.poll_s, d.heartbeat_s) or d.stale_after_s <= d.heartbeat_s:
+        raise UsageError(f"{where}: [daemon] needs lease_s >= 2 x poll_s and heartbeat_s (renewals come in "
+                         "time) and stale_after_s > heartbeat_s")
+    return config
+
+
+def load(path: str | os.PathLike[str] | None = None) -> Config:
+    """The site's config: `path`, else $SLURM_LIQUID_CONFIG, else /etc/slurm/liquid.toml, else defaults."""
+    chosen = path or os.environ.get(CONFIG_ENV)
+    target = Path(chosen) if chosen else DEFAULT_PATH
+    try:
+        text = target.read_text()
+    except FileNotFoundError:
+        if chosen:
+            raise UsageError(f"config file {target} does not exist") from None
+        return Config()
+    except OSError as exc:
+        raise UsageError(f"config file {target}: {exc.strerror}") from None
+    return parse(text, str(target))
+
+
+def with_overrides(config: Config, **daemon: Any) -> Config:
+    """The config with daemon settings replaced (command-line flags win over the file), checked again."""
+    known = {f.name: f.default for f in fields(DaemonConfig)}
+    values = {k: _typed(v, known[k], f"[daemon] {k} (command line)") for k, v in daemon.items() if v is not None}
+    return validate(replace(config, daemon=replace(config.daemon, **values))) if values else config

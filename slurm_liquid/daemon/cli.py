@@ -1,0 +1,102 @@
+"""`slurm-liquid daemon`: the placement loop (etc/systemd/slurm-liquid-daemon.service runs it).
+
+    wait for an event (a submission, a job end) or the poll interval
+      -> gather the events of one burst (batch_window_s)
+      -> one placement pass (held jobs -> nodes -> Slurm)
+    and, all the while, a heartbeat that tells job_submit.lua the daemon is alive and in which mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import time
+
+from slurm_liquid import config as config_module
+from slurm_liquid.daemon.admit import Admitter
+from slurm_liquid.daemon.spool import Spool
+from slurm_liquid.errors import LiquidError
+
+log = logging.getLogger("slurm_liquid.daemon")
+# After a submission event the job may not be in squeue yet (job_submit.lua runs before the job
+# exists): look again this much later when a pass found nothing to do.
+RECHECK_S = 1.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="liquid.toml (default: $SLURM_LIQUID_CONFIG or /etc/slurm/liquid.toml)")
+    parser.add_argument("--mode", choices=config_module.DAEMON_MODES, default=None, help="override [daemon] mode")
+    parser.add_argument("--once", action="store_true", help="one placement pass, then exit")
+    parser.add_argument("--poll", type=float, default=None, metavar="S",
+                        help="override [daemon] poll_s (with --no-events: the polling baseline)")
+    parser.add_argument("--no-events", action="store_true",
+                        help="ignore spool events and only poll (for measuring what events buy)")
+    parser.add_argument("--log-file", default=None, help="append the log here instead of stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_module.with_overrides(config_module.load(args.config), mode=args.mode, poll_s=args.poll)
+    cfg = config.daemon
+    if args.log_file or cfg.log_file:
+        handler = logging.FileHandler(args.log_file or cfg.log_file)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logging.getLogger().addHandler(handler)
+        logging.getLogger().setLevel(min(logging.getLogger().level, logging.INFO))
+    from slurm_liquid.slurm import connect
+
+    client = connect("auto")
+    admitter = Admitter(client, config)
+    spool = Spool(cfg.spool_dir, owner=cfg.slurm_user)
+    spool.prepare()
+    if args.once:
+        _pass(admitter)
+        return 0
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    log.info("daemon: %s mode, placer %s, spool %s", cfg.mode, cfg.placer, cfg.spool_dir)
+    next_poll = 0.0
+    recheck_at = None
+    try:
+        while not stopping:
+            spool.beat(cfg.mode, cfg.lease_s, cfg.stale_after_s)
+            now = time.monotonic()
+            wake_at = min(next_poll, recheck_at or next_poll, now + cfg.heartbeat_s)
+            events = spool.wait(max(wake_at - now, 0)) if not args.no_events else _sleep(wake_at - now)
+            if events:
+                events |= spool.drain(cfg.batch_window_s)
+            now = time.monotonic()
+            due = events or now >= next_poll or (recheck_at is not None and now >= recheck_at)
+            if not due or cfg.mode == "off":
+                continue
+            report = _pass(admitter)
+            next_poll = time.monotonic() + cfg.poll_s
+            recheck_at = time.monotonic() + RECHECK_S if "submitted" in events and not report.busy else None
+    except KeyboardInterrupt:
+        pass
+    finally:
+        spool.stop_beating()
+        log.info("daemon: stopped")
+    return 0
+
+
+def _sleep(seconds: float) -> set[str]:
+    time.sleep(max(seconds, 0))
+    return set()
+
+
+def _pass(admitter: Admitter):
+    started = time.monotonic()
+    try:
+        report = admitter.run_pass()
+    except LiquidError as exc:  # Slurm unreachable for a moment: held jobs keep their leases
+        log.warning("pass failed: %s", exc)
+        from slurm_liquid.daemon.admit import PassReport
+
+        return PassReport(errors=[str(exc)])
+    for error in report.errors:
+        log.warning("%s", error)
+    if report.placed or report.released or report.renewed:
+        log.info("pass in %.2f s: placed %s, waiting %s, renewed %s, released %s",
+                 time.monotonic() - started, report.placed, report.waiting, report.renewed, report.released)
+    return report

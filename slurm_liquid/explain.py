@@ -1,0 +1,91 @@
+"""`slurm-liquid explain JOBID`: a job's slurm-liquid record and the reasoning behind it, in full.
+
+The Comment holds the compact record (`sacct -o JobID,Comment%120`); this command expands it: what
+the job said about itself, what it asked Slurm for, what slurm-liquid estimated and why (the memory
+breakdown), what was changed at submission, and where the daemon placed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from slurm_liquid.errors import LiquidError, UsageError
+from slurm_liquid.record import Record, Tag
+
+LABELS = {"mode": "submission mode", "est": "estimate", "asked": "asked Slurm for", "set": "changed to",
+          "placed": "placed on", "would": "would place on (shadow)", "slurm": "Slurm placed it on",
+          "err": "error in the job spec", "note": "note"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", type=int, help="the Slurm job id")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--config", default=None, help="liquid.toml (for the site file and correction model)")
+    parser.add_argument("--container", metavar="NAME", help="run the Slurm commands inside this container")
+
+
+def explain(job, config) -> dict:
+    record = Record.parse(job.comment)
+    tag = Tag.parse(job.admin_comment)
+    out: dict = {"job_id": job.job_id, "name": job.name, "user": job.user, "state": job.state,
+                 "nodes": list(job.nodes), "gpus": job.gpus, "shards": job.shards,
+                 "record": job.comment if record else None, "tag": tag.render() if tag else None}
+    if record is None:
+        from slurm_liquid.admission.filter import is_liquid
+
+        out["explanation"] = (
+            "opted in, but no decision was recorded (submit mode off, the helper unavailable, or not placed yet)"
+            if is_liquid("", job.comment) or tag else
+            "no slurm-liquid record: the job did not opt in (no #LIQUID lines or liquid: comment)")
+        return out
+    out["fields"] = dict(record.fields)
+    out["spec"] = record.spec
+    if record.spec and "err" not in record.fields:
+        from slurm_liquid.estimate.api import estimate
+        from slurm_liquid.jobspec import parse_directives
+
+        try:
+            est = estimate(parse_directives(record.spec), gpu_type=job.gpu_type,
+                           site=config.estimate.site or None, correction=config.estimate.correction or None)
+            out["estimate"] = est.to_json()
+            out["explanation"] = est.explanation()
+        except LiquidError as exc:
+            out["explanation"] = f"cannot re-estimate: {exc}"
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from slurm_liquid import config as config_module
+    from slurm_liquid.slurm import ContainerRunner, connect
+
+    client = connect("auto" if not args.container else "cli",
+                     runner=ContainerRunner(args.container) if args.container else None)
+    job = client.job(args.job_id)
+    if job is None:
+        raise UsageError(f"job {args.job_id}: Slurm knows no such job (neither squeue nor sacct)")
+    out = explain(job, config_module.load(args.config))
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"job {job.job_id} ({job.name}, {job.user}): {job.state}"
+          + (f" on {','.join(job.nodes)}" if job.nodes else ""))
+    if not out.get("record"):
+        print(f"  {out['explanation']}")
+        return 0
+    print(f"  record: {out['record']}")
+    for key, value in out["fields"].items():
+        print(f"  {LABELS.get(key, key):24s} {value}")
+    if out.get("spec"):
+        print(f"  {'job spec':24s} {out['spec']}")
+    if out.get("tag"):
+        print(f"  {'daemon tag':24s} {out['tag']}")
+    if out.get("explanation"):
+        print(f"  why: {out['explanation']}")
+    est = out.get("estimate")
+    if est:
+        parts = ", ".join(f"{k} {v:,} MiB" for k, v in est["breakdown_mib"].items())
+        print(f"  per-GPU memory: {parts}")
+        print(f"  CPUs per GPU {est['cpus_per_gpu']}, host memory per GPU {est['host_mem_mib_per_gpu']:,} MiB, "
+              f"scaling efficiency {est['scaling_efficiency']:.2f} (up to {est['max_efficient_gpus']} GPUs)")
+    return 0

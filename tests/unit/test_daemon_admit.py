@@ -1,0 +1,357 @@
+"""One placement pass of the daemon, over an in-memory Slurm shaped like the test cluster.
+
+The cluster: leaf1 over gpu01-02, leaf2 over gpu03-04, 4 H100s and 16 shards per node
+(containers/slurm/topology.conf, gres.conf). The clock is injected; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import hostlist
+import pytest
+from hypothesis import given, strategies as st
+
+from slurm_liquid.config import Config, parse
+from slurm_liquid.daemon.admit import Admitter, format_placed, parse_placed
+from slurm_liquid.estimate.api import estimate
+from slurm_liquid.jobspec import parse_comment
+from slurm_liquid.record import Record, Tag
+from slurm_liquid.slurm import Job, Node, SlurmError
+from slurm_liquid.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[2]
+SITE = ROOT / "containers" / "slurm" / "liquid-site.toml"
+TOPOLOGY = Topology.from_topology_conf((ROOT / "containers" / "slurm" / "topology.conf").read_text())
+NOW = 1_700_000_000.0
+LEASE, MAX_HOLD, POLL = 60, 600, 5
+SPEC = "model=bert-large batch-size=128"
+RECORD = f"liquid/1 mode=adjust asked=gpu:h100:4 | {SPEC}"
+HELD = "liquid/1 state=held"
+
+
+def config(mode: str = "enforce", placer: str = "liquid") -> Config:
+    return parse(f'[daemon]\nmode = "{mode}"\nplacer = "{placer}"\nlease_s = {LEASE}\nmax_hold_s = {MAX_HOLD}\n'
+                 f'poll_s = {POLL}\nheartbeat_s = 2\nstale_after_s = 8\n[estimate]\nsite = "{SITE}"\n')
+
+
+def at(offset_s: float) -> datetime:
+    return datetime.fromtimestamp(NOW + offset_s, tz=timezone.utc)
+
+
+def cluster(**used: int) -> list[Node]:
+    """gpu01-04; `gpu01=2` means two of gpu01's GPUs are allocated."""
+    return [Node(f"gpu0{i}", "MIXED" if used.get(f"gpu0{i}") else "IDLE", cpus=8, mem_mib=16000, gpus=4,
+                 gpus_alloc=used.get(f"gpu0{i}", 0), gpu_type="h100", shards=16) for i in range(1, 5)]
+
+
+def job(job_id: int, gpus: int = 4, *, per_node: int | None = None, num_nodes: int = 1, shards: int = 0,
+        age: float = 5, lease_left: float = 50, comment: str = RECORD, admin: str = HELD,
+        state: str = "PENDING", nodes: tuple[str, ...] = ()) -> Job:
+    """A job submitted `age` s ago whose hold lease ends in `lease_left` s."""
+    return Job(job_id, f"job{job_id}", "alice", state, nodes=nodes, num_nodes=num_nodes, gpus=gpus,
+               gpus_per_node=per_node, gpu_type="h100" if gpus else None, shards=shards, comment=comment,
+               admin_comment=admin, submit_time=at(-age), eligible_time=at(lease_left))
+
+
+class FakeSlurm:
+    """Jobs and nodes in memory; updates are recorded and applied to the jobs' comments."""
+
+    def __init__(self, jobs: list[Job], nodes: list[Node], scripts: dict[int, str] | None = None,
+                 failing: tuple[int, ...] = ()):
+        self._jobs = {j.job_id: j for j in jobs}
+        self._nodes = nodes
+        self.scripts = scripts or {}
+        self.failing = set(failing)
+        self.updates: list[tuple[int, dict]] = []
+        self.script_reads: list[int] = []
+
+    def jobs(self, job_ids=None) -> list[Job]:
+        return list(self._jobs.values())
+
+    def nodes(self) -> list[Node]:
+        return list(self._nodes)
+
+    def topology(self) -> Topology:
+        return TOPOLOGY
+
+    def update_job(self, job_id: int, **fields) -> None:
+        if job_id in self.failing:
+            raise SlurmError(f"`scontrol update JobId={job_id}` exit code 1: Job is no longer pending")
+        self.updates.append((job_id, fields))
+        old = self._jobs[job_id]
+        self._jobs[job_id] = replace(old, comment=fields.get("Comment", old.comment),
+                                     admin_comment=fields.get("AdminComment", old.admin_comment))
+
+    def batch_script(self, job_id: int) -> str:
+        self.script_reads.append(job_id)
+        if job_id not in self.scripts:
+            raise SlurmError(f"`scontrol write batch_script {job_id} -` exit code 1: no script")
+        return self.scripts[job_id]
+
+    def of(self, job_id: int) -> list[dict]:
+        return [fields for jid, fields in self.updates if jid == job_id]
+
+    def only(self, job_id: int) -> dict:
+        (fields,) = self.of(job_id)
+        return fields
+
+
+def run_pass(client: FakeSlurm, mode: str = "enforce", placer: str = "liquid"):
+    return Admitter(client, config(mode, placer), now=lambda: NOW).run_pass()
+
+
+def placed_nodes(fields: dict) -> dict[str, int]:
+    tag = Tag.parse(fields["AdminComment"])
+    assert tag is not None and tag.state == "placed"
+    return parse_placed(tag.placed)
+
+
+def assert_started_on(fields: dict, nodes: dict[str, int]) -> None:
+    """The one update that starts a placed job: node list, node count, start, tag and record agree."""
+    assert fields["ReqNodeList"] == hostlist.collect_hostlist(list(nodes))
+    assert fields["NumNodes"] == len(nodes) and fields["StartTime"] == "now"
+    assert Tag.parse(fields["AdminComment"]) == Tag("placed", format_placed(nodes), {"at": str(int(NOW))})
+    record = Record.parse(fields["Comment"])
+    assert record.get("placed") == format_placed(nodes)
+
+
+# --- the record's placement word ---------------------------------------------------------------
+
+def test_format_placed_groups_nodes_by_gpu_count() -> None:
+    assert format_placed({"gpu01": 4, "gpu02": 4, "gpu03": 1}) == "gpu[01-02]:4+gpu03:1"
+    assert parse_placed("gpu[01-02]:4+gpu03:1") == {"gpu01": 4, "gpu02": 4, "gpu03": 1}
+    assert parse_placed("") == {} and parse_placed("gpu01:x+:3") == {}
+
+
+@given(st.dictionaries(st.integers(1, 99).map(lambda i: f"gpu{i:02d}"), st.integers(1, 8), min_size=1))
+def test_placed_round_trip(nodes: dict[str, int]) -> None:
+    text = format_placed(nodes)
+    assert parse_placed(text) == nodes and Record.parse(Record().with_fields(placed=text).render()).get("placed") == text
+
+
+# --- which jobs are touched ----------------------------------------------------------------------
+
+def test_only_jobs_the_trusted_tag_holds_are_touched() -> None:
+    client = FakeSlurm([
+        job(1),
+        job(2, comment=f"liquid/1 state=held | {SPEC}", admin=""),       # a user's forged "tag"
+        job(3, admin="checked by ops"),
+        job(4, admin=""),                                                   # opted in, never held
+        job(5, admin="liquid/1 state=done"),
+        job(6, state="RUNNING", nodes=("gpu04",), admin=""),
+    ], cluster())
+    report = run_pass(client)
+    assert {jid for jid, _ in client.updates} == {1} and list(report.placed) == [1]
+
+
+def test_a_per_job_request_lands_under_one_leaf() -> None:
+    # free: gpu01 2, gpu02 4 | gpu03 3, gpu04 4 -- 6 GPUs fit under either leaf, or across them
+    client = FakeSlurm([job(7, 6)], cluster(gpu01=2, gpu03=1))
+    run_pass(client)
+    fields = client.only(7)
+    nodes = placed_nodes(fields)
+    free = {n.name: n.gpus_free for n in cluster(gpu01=2, gpu03=1)}
+    assert sum(nodes.values()) == 6 and all(0 < g <= free[n] for n, g in nodes.items())
+    assert len({TOPOLOGY.leaf_of(n) for n in nodes}) == 1
+    assert_started_on(fields, nodes)
+    record = Record.parse(fields["Comment"])
+    assert record.get("mode") == "adjust" and record.spec == SPEC and "note" not in record.fields
+
+
+def test_a_per_node_request_gets_whole_nodes() -> None:
+    # gpu01 is partly used: the only two whole free nodes under one leaf are gpu03 and gpu04
+    client = FakeSlurm([job(8, 8, per_node=4, num_nodes=2)], cluster(gpu01=1))
+    report = run_pass(client)
+    fields = client.only(8)
+    assert placed_nodes(fields) == {"gpu03": 4, "gpu04": 4}
+    assert_started_on(fields, {"gpu03": 4, "gpu04": 4})
+    assert fields["ReqNodeList"] == "gpu[03-04]" and report.placed == {8: "gpu[03-04]:4"}
+
+
+def test_a_job_that_fits_under_one_leaf_later_does_not_cross_switches_while_young() -> None:
+    # free: gpu01 2, gpu03 2 -- 4 GPUs only across the spine; the job fits one leaf once it empties
+    busy = cluster(gpu01=2, gpu02=4, gpu03=2, gpu04=4)
+    young = FakeSlurm([job(9, 4, age=5, lease_left=50)], busy)
+    report = run_pass(young)
+    assert report.waiting == [9] and young.updates == []
+    old = FakeSlurm([job(9, 4, age=Config().daemon.spread_after_s + 10, lease_left=50)], busy)
+    run_pass(old)
+    fields = old.only(9)
+    assert placed_nodes(fields) == {"gpu01": 2, "gpu03": 2}
+    assert Record.parse(fields["Comment"]).get("note") == "2-switch"
+
+
+# --- waiting, leases and release -----------------------------------------------------------------
+
+def test_a_waiting_job_has_its_lease_renewed_only_when_it_runs_low() -> None:
+    full = cluster(gpu01=4, gpu02=4, gpu03=4, gpu04=4)
+    client = FakeSlurm([job(10, lease_left=LEASE / 2 - 1), job(11, lease_left=LEASE / 2 + 1)], full)
+    report = run_pass(client)
+    assert sorted(report.waiting) == [10, 11] and report.renewed == [10] and client.of(11) == []
+    (renewal,) = client.of(10)
+    assert set(renewal) == {"StartTime"}
+    seconds = int(re.fullmatch(r"now\+(\d+)", renewal["StartTime"]).group(1))
+    assert 0 < seconds <= LEASE
+
+
+def test_a_renewal_never_outlives_the_daemons_own_release() -> None:
+    age = MAX_HOLD - 10
+    client = FakeSlurm([job(12, age=age, lease_left=0)], cluster(gpu01=4, gpu02=4, gpu03=4, gpu04=4))
+    run_pass(client)
+    seconds = int(client.only(12)["StartTime"].removeprefix("now+"))
+    # still held when the daemon releases it at max_hold_s, and not for long after
+    assert MAX_HOLD - age <= seconds <= MAX_HOLD - age + 2 * POLL
+
+
+def test_a_job_held_too_long_is_given_to_slurm_with_a_note() -> None:
+    client = FakeSlurm([job(13, age=MAX_HOLD + 100, lease_left=0)], cluster(gpu01=4, gpu02=4, gpu03=4, gpu04=4))
+    report = run_pass(client)
+    fields = client.only(13)
+    assert report.released == [13] and fields["StartTime"] == "now"
+    assert "ReqNodeList" not in fields and "NumNodes" not in fields
+    assert Tag.parse(fields["AdminComment"]).state == "released"
+    assert str(MAX_HOLD) in Record.parse(fields["Comment"]).get("note")
+
+
+def test_a_held_job_slurm_started_itself_is_annotated() -> None:
+    client = FakeSlurm([job(14, state="RUNNING", nodes=("gpu01",))], cluster(gpu01=4))
+    report = run_pass(client)
+    fields = client.only(14)
+    assert report.annotated == [14] and set(fields) == {"AdminComment", "Comment"}
+    assert Tag.parse(fields["AdminComment"]) == Tag("released", extra={"why": "lease"})
+    assert "lease" in Record.parse(fields["Comment"]).get("note")
+
+
+def test_a_held_job_without_gpus_is_released_at_once() -> None:
+    client = FakeSlurm([job(15, gpus=0)], cluster())
+    run_pass(client)
+    fields = client.only(15)
+    assert fields["StartTime"] == "now" and "ReqNodeList" not in fields
+    assert Tag.parse(fields["AdminComment"]).state == "released"
+
+
+# --- what is free --------------------------------------------------------------------------------
+
+def test_gpus_promised_to_placed_jobs_are_not_given_twice() -> None:
+    promised = job(20, 12, per_node=4, num_nodes=3, admin="liquid/1 state=placed placed=gpu[01-03]:4")
+    client = FakeSlurm([promised, job(21, 4, age=9), job(22, 4, age=8, lease_left=10)], cluster())
+    report = run_pass(client)
+    assert client.of(20) == []
+    assert placed_nodes(client.only(21)) == {"gpu04": 4}
+    assert report.waiting == [22] and report.renewed == [22]
+    assert set(client.only(22)) == {"StartTime"}
+
+
+def test_a_promise_older_than_a_lease_no_longer_reserves_gpus() -> None:
+    stale = f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - LEASE - 1)}"
+    fresh = f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - 1)}"
+    for admin, expected_free in ((stale, True), (fresh, False)):
+        client = FakeSlurm([job(20, 12, per_node=4, num_nodes=3, admin=admin), job(21, 8, per_node=4, age=9)],
+                           cluster())
+        report = run_pass(client)
+        assert (21 in report.placed) is expected_free, admin
+
+
+def test_a_promised_share_keeps_one_gpu_of_an_idle_node() -> None:
+    share = job(23, gpus=0, shards=2, admin=f"liquid/1 state=placed placed=gpu04:shard2 at={int(NOW)}")
+    client = FakeSlurm([share, job(24, 16, age=9, lease_left=10)], cluster())
+    report = run_pass(client)
+    assert report.waiting == [24] and 24 not in report.placed   # 15 GPUs left for a 16-GPU job
+
+
+def test_a_batch_never_overcommits_a_node() -> None:
+    jobs = [job(30, 4, age=4), job(31, 6, age=3), job(32, 2, age=2), job(33, 4, per_node=4, age=1)]
+    client = FakeSlurm(jobs, cluster(gpu02=1))
+    report = run_pass(client, placer="auto")                     # >= batch_min jobs: the grouping GA
+    used: dict[str, int] = {"gpu02": 1}
+    for jid in report.placed:
+        for name, gpus in placed_nodes(client.only(jid)).items():
+            used[name] = used.get(name, 0) + gpus
+    assert all(gpus <= 4 for gpus in used.values())
+    assert sum(j.gpus for j in jobs if j.job_id in report.placed) <= 15
+    assert set(report.placed) | set(report.waiting) == {30, 31, 32, 33}
+
+
+def test_shard_jobs_join_a_node_that_already_shares() -> None:
+    nodes = [replace(n, shards_alloc=3) if n.name == "gpu03" else n for n in cluster(gpu01=1)]
+    client = FakeSlurm([job(40, gpus=0, shards=2)], nodes)
+    report = run_pass(client)
+    fields = client.only(40)
+    assert fields["ReqNodeList"] == "gpu03" and fields["NumNodes"] == 1
+    assert Tag.parse(fields["AdminComment"]) == Tag("placed", "gpu03:shard2", {"at": str(int(NOW))})
+    assert report.placed == {40: "gpu03:shard2"}
+
+
+def test_shard_jobs_otherwise_go_where_fewest_gpus_are_free() -> None:
+    client = FakeSlurm([job(41, gpus=0, shards=2)], cluster(gpu01=1, gpu02=3, gpu04=4))
+    run_pass(client)
+    assert client.only(41)["ReqNodeList"] == "gpu02"
+
+
+# --- shadow mode ---------------------------------------------------------------------------------
+
+def test_shadow_mode_records_where_a_job_would_go_and_changes_nothing() -> None:
+    shadow = "liquid/1 state=shadow"
+    client = FakeSlurm([job(50, 4, admin=shadow), job(51, 4, state="RUNNING", nodes=("gpu01",), admin=shadow),
+                        job(52, 4)], cluster(gpu01=4, gpu02=1, gpu03=1))
+    report = run_pass(client, mode="shadow")
+    assert sorted(report.annotated) == [50, 51] and report.placed == {} and client.of(52) == []
+    for jid in (50, 51):
+        fields = client.only(jid)
+        assert set(fields) == {"AdminComment", "Comment"}          # no node list, no start
+        would = Record.parse(fields["Comment"]).get("would")
+        assert Tag.parse(fields["AdminComment"]) == Tag("shadowed", extra={"would": would})
+    # only gpu04 has 4 free GPUs; the running job is judged as if its own gpu01 were free
+    assert Record.parse(client.only(50)["Comment"]).get("would") == "gpu04:4"
+    running = Record.parse(client.only(51)["Comment"])
+    assert running.get("would") in ("gpu01:4", "gpu04:4") and running.get("slurm") == "gpu01"
+    assert run_pass(client, mode="shadow").annotated == []        # annotated once
+
+
+# --- failures and records ------------------------------------------------------------------------
+
+def test_a_failed_update_is_reported_and_the_pass_goes_on() -> None:
+    client = FakeSlurm([job(60, 4, age=9), job(61, 4, age=8)], cluster(), failing=(60,))
+    report = run_pass(client)
+    assert len(report.errors) == 1 and "job 60" in report.errors[0] and "no longer pending" in report.errors[0]
+    assert placed_nodes(client.only(61))
+
+
+def test_a_job_without_a_record_gets_one_from_its_batch_script() -> None:
+    script = f"#!/bin/sh\n#SBATCH --gpus=h100:4\n#LIQUID {SPEC}\npython train.py\n"
+    client = FakeSlurm([job(70, comment="")], cluster(), scripts={70: script})
+    run_pass(client)
+    assert client.script_reads == [70]
+    record = Record.parse(client.only(70)["Comment"])
+    d = estimate(parse_comment(f"liquid: {SPEC}"), gpu_type="h100", site=str(SITE)).decision
+    assert record.get("mode") == "server" and record.get("asked") == "gpu:h100:4"
+    assert record.get("est").startswith(f"{d.gpus}x") and record.spec == SPEC
+    assert record.get("placed") and "err" not in record.fields
+
+
+def test_a_liquid_comment_is_read_without_the_script() -> None:
+    client = FakeSlurm([job(71, comment=f"liquid: {SPEC}")], cluster())
+    run_pass(client)
+    assert client.script_reads == []
+    assert Record.parse(client.only(71)["Comment"]).spec == SPEC
+
+
+def test_an_unreadable_script_is_noted_and_the_job_still_placed() -> None:
+    client = FakeSlurm([job(72, comment="")], cluster())
+    report = run_pass(client)
+    record = Record.parse(client.only(72)["Comment"])
+    assert "err" in record.fields and record.get("placed") and 72 in report.placed
+    assert report.errors == []
+
+
+def test_a_slurm_error_reading_jobs_is_not_swallowed() -> None:
+    class Down(FakeSlurm):
+        def jobs(self, job_ids=None):
+            raise SlurmError("`squeue --json` did not answer within 30 s")
+
+    with pytest.raises(SlurmError):      # the daemon loop logs it; held jobs keep their leases
+        run_pass(Down([], cluster()))
