@@ -34,11 +34,13 @@ install_config() {
 
 # The slurm-liquid daemon beside slurmctld (what etc/systemd/slurm-liquid-daemon.service does on a
 # real controller); tests stop and start it with `docker exec CONTAINER entrypoint.sh daemon-stop`.
-daemon_start() {
+daemon_start() {  # extra arguments go to `slurm-liquid daemon` (e.g. --policy static)
     if pgrep -f "slurm-liquid daemon" >/dev/null; then return 0; fi
-    setsid slurm-liquid daemon >>/var/log/slurm/liquid-daemon.out 2>&1 < /dev/null &
+    local started
+    started=$(date +%s)
+    setsid slurm-liquid daemon "$@" >>/var/log/slurm/liquid-daemon.out 2>&1 < /dev/null &
     local deadline=$((SECONDS + 20))
-    until [ -s /var/spool/slurm-liquid/heartbeat ]; do
+    until [ "$(cut -d' ' -f1 /var/spool/slurm-liquid/heartbeat 2>/dev/null || echo 0)" -ge "$started" ]; do
         if ((SECONDS > deadline)); then log "the slurm-liquid daemon wrote no heartbeat in 20 s"; return 1; fi
         sleep 0.2
     done
@@ -46,7 +48,8 @@ daemon_start() {
 
 case "$role" in
 daemon-start)
-    daemon_start
+    shift
+    daemon_start "$@"
     ;;
 daemon-stop)
     pkill -KILL -f "slurm-liquid daemon" || true
@@ -85,7 +88,9 @@ controller)
     done
     daemon_start || true
     log ready
-    exec sleep infinity
+    # Not `exec`: this shell stays the parent of the daemon started above and reaps it when it dies.
+    sleep infinity &
+    wait
     ;;
 *)
     log "unknown role"; exit 2 ;;

@@ -25,6 +25,7 @@ DEFAULT_PATH = Path("/etc/slurm/liquid.toml")
 SUBMIT_MODES = ("off", "advise", "adjust")
 DAEMON_MODES = ("off", "shadow", "enforce")
 PLACERS = ("liquid", "ga", "auto")
+ELASTIC_POLICIES = ("dl2", "optimus", "drf", "static")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,21 @@ class DaemonConfig:
 
 
 @dataclass(frozen=True)
+class ElasticConfig:
+    """Resizing running elastic jobs (`#LIQUID elastic=MIN:MAX`) every slot, in the daemon's mode."""
+
+    policy: str = "dl2"                # dl2, optimus, drf, static (never resize)
+    policy_file: str = ""              # a trained DL2 policy; default: the shipped one for restart_penalty_s
+    slot_s: float = 60.0
+    restart_penalty_s: float = 150.0   # what one change costs a job under Slurm (requeue + restart)
+    min_change_interval_s: float = 300.0
+    max_changes_per_hour: int = 6      # per job
+    progress_dir: str = "/shared/slurm-liquid/progress"   # world-writable + sticky, on a shared file system
+    journal: str = "/var/lib/slurm-liquid/journal.sqlite"
+    metrics_port: int = 0              # Prometheus metrics on this port (0: off)
+
+
+@dataclass(frozen=True)
 class EstimateConfig:
     site: str = ""                     # GPU types and catalog additions
     correction: str = ""               # fitted correction model (JSON)
@@ -63,6 +79,7 @@ class Config:
     submit: SubmitConfig = field(default_factory=SubmitConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
+    elastic: ElasticConfig = field(default_factory=ElasticConfig)
     path: str = ""
 
 
@@ -106,12 +123,13 @@ def parse(text: str, where: str = "liquid.toml") -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}") from None
-    unknown = set(raw) - {"submit", "daemon", "estimate"}
+    unknown = set(raw) - {"submit", "daemon", "estimate", "elastic"}
     if unknown:
-        raise UsageError(f"{where}: unknown section [{sorted(unknown)[0]}]; sections are submit, daemon, estimate")
+        raise UsageError(f"{where}: unknown section [{sorted(unknown)[0]}]; sections are submit, daemon, estimate, elastic")
     config = Config(_section(SubmitConfig, raw.get("submit"), "submit", where),
                     _section(DaemonConfig, raw.get("daemon"), "daemon", where),
-                    _section(EstimateConfig, raw.get("estimate"), "estimate", where), where)
+                    _section(EstimateConfig, raw.get("estimate"), "estimate", where),
+                    _section(ElasticConfig, raw.get("elastic"), "elastic", where), where)
     return validate(config)
 
 
@@ -121,6 +139,7 @@ def validate(config: Config) -> Config:
     _choice(config.submit.mode, SUBMIT_MODES, "[submit] mode", where)
     _choice(config.daemon.mode, DAEMON_MODES, "[daemon] mode", where)
     _choice(config.daemon.placer, PLACERS, "[daemon] placer", where)
+    _choice(config.elastic.policy, ELASTIC_POLICIES, "[elastic] policy", where)
     d = config.daemon
     if d.lease_s < 2 * max(d.poll_s, d.heartbeat_s) or d.stale_after_s <= d.heartbeat_s:
         raise UsageError(f"{where}: [daemon] needs lease_s >= 2 x poll_s and heartbeat_s (renewals come in "
@@ -143,8 +162,9 @@ def load(path: str | os.PathLike[str] | None = None) -> Config:
     return parse(text, str(target))
 
 
-def with_overrides(config: Config, **daemon: Any) -> Config:
-    """The config with daemon settings replaced (command-line flags win over the file), checked again."""
-    known = {f.name: f.default for f in fields(DaemonConfig)}
-    values = {k: _typed(v, known[k], f"[daemon] {k} (command line)") for k, v in daemon.items() if v is not None}
-    return validate(replace(config, daemon=replace(config.daemon, **values))) if values else config
+def with_overrides(config: Config, section: str = "daemon", **settings: Any) -> Config:
+    """The config with settings of one section replaced (command-line flags win over the file), checked again."""
+    current = getattr(config, section)
+    known = {f.name: f.default for f in fields(current)}
+    values = {k: _typed(v, known[k], f"[{section}] {k} (command line)") for k, v in settings.items() if v is not None}
+    return validate(replace(config, **{section: replace(current, **values)})) if values else config

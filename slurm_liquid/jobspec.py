@@ -126,6 +126,27 @@ def _deadline(text: str) -> str:
     return value
 
 
+def _gpu_range(text: str) -> str:
+    """`MIN:MAX` GPUs of an elastic job (`2:8`); one number means a fixed width."""
+    low, sep, high = str(text).strip().partition(":")
+    lo = _count(low, 1, 4096)
+    hi = _count(high, 1, 4096) if sep else lo
+    if lo > hi:
+        raise ValueError(f"{text!r}: MIN is more than MAX")
+    return f"{lo}:{hi}"
+
+
+_SIGNAL = re.compile(r"^(B:)?(SIG)?([A-Z0-9]+)(@(\d+))?$")
+
+
+def _signal(text: str) -> str:
+    """`USR1@60`: the signal a job checkpoints on and the seconds it needs (sbatch --signal syntax)."""
+    match = _SIGNAL.match(str(text).strip().upper())
+    if not match:
+        raise ValueError(f"{text!r} is not a signal like USR1@60")
+    return f"{match.group(3)}@{match.group(5) or 60}"
+
+
 def _norm_word(text: str) -> str:
     return str(text).strip().lower().replace("_", "-")
 
@@ -186,6 +207,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("min-gpus", _ranged(1, 4096), "elastic: fewest GPUs the job can run on"),
     Key("max-gpus", _ranged(1, 4096), "elastic: most GPUs the job can use"),
     Key("deadline", _deadline, "ISO date/time or duration from submission (48h)"),
+    Key("elastic", _gpu_range, "MIN:MAX GPUs: opts in to resizing while running (sets min-gpus and max-gpus)"),
+    Key("signal", _signal, "elastic: checkpoint signal and seconds it needs, USR1@60 (sbatch --signal syntax)"),
     Key("gpus", _ranged(1, 4096), "GPUs the job asked Slurm for"),
     Key("gpu-type", _name, "GPU type wanted or present (h100, a100-40gb, NVIDIA A100-SXM4-40GB)"),
 )}
@@ -216,10 +239,20 @@ class JobSpec:
     min_gpus: int | None = None
     max_gpus: int | None = None
     deadline: str | None = None
+    elastic: str | None = None
+    signal: str | None = None
     gpus: int | None = None
     gpu_type: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
+
+    def __post_init__(self) -> None:
+        if self.elastic:  # the range is the min-gpus/max-gpus pair the estimate already honours
+            low, high = (int(x) for x in self.elastic.split(":"))
+            if self.min_gpus is None:
+                object.__setattr__(self, "min_gpus", low)
+            if self.max_gpus is None:
+                object.__setattr__(self, "max_gpus", high)
 
     def get(self, key: str) -> Any:
         return getattr(self, _attr(key))
@@ -272,6 +305,9 @@ class JobSpec:
     def _check(self, source: str) -> None:
         if self.min_gpus and self.max_gpus and self.min_gpus > self.max_gpus:
             raise UsageError(f"{source}: min-gpus={self.min_gpus} is more than max-gpus={self.max_gpus}")
+        if self.elastic and self.elastic != f"{self.min_gpus}:{self.max_gpus}":
+            raise UsageError(f"{source}: elastic={self.elastic} disagrees with min-gpus={self.min_gpus} "
+                             f"max-gpus={self.max_gpus}")
 
 
 def canonical_key(raw: str, source: str = "directive") -> str:

@@ -35,6 +35,10 @@ local function wants_liquid(options, script)
 end
 
 local function filter(options)
+    -- srun and salloc pass through here too (job steps included): only batch submissions are sized.
+    if options.type ~= "sbatch" then
+        return
+    end
     local script = options.argv and options.argv[1]
     if not wants_liquid(options, script) then
         return

@@ -82,7 +82,9 @@ class Admitter:
         nodes = {n.name: n for n in self.client.nodes()}
         state = self._free_state(nodes.values(), jobs)
         tagged = [(j, Tag.parse(j.admin_comment)) for j in jobs]
-        held = sorted((j for j, t in tagged if t and t.state == "held" and j.is_pending),
+        # Held for placement; or placed earlier and requeued (node failure) onto a node that is gone now.
+        held = sorted((j for j, t in tagged if t and j.is_pending and (
+                          t.state == "held" or (t.state == "placed" and not j.held and _stranded(j, nodes)))),
                       key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         for job, tag in tagged:
             if tag and tag.state == "held" and not job.is_pending and not job.is_finished:
@@ -303,6 +305,11 @@ class Admitter:
             record = record.with_fields(err=field_of(exc))
         self._records[job.job_id] = record
         return record
+
+
+def _stranded(job: Job, nodes: Mapping[str, Node]) -> bool:
+    """A pending job pinned (ReqNodeList) to a node that cannot take work now."""
+    return any(name in nodes and not nodes[name].available for name in job.required_nodes)
 
 
 def _asked(job: Job) -> str:

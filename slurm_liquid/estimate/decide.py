@@ -103,7 +103,8 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     nodes = max(1, math.ceil(chosen / table.gpus_per_node))
     per_node = math.ceil(chosen / nodes)
     shards = 0
-    if chosen == 1 and fits and need_mib <= SHARE_LIMIT * gpu.mem_mib:
+    # An elastic job grows by whole GPUs: it never starts on a share of one.
+    if chosen == 1 and fits and not spec.elastic and need_mib <= SHARE_LIMIT * gpu.mem_mib:
         shards = max(1, math.ceil(need_mib / (gpu.mem_mib / table.shards_per_gpu)))
     gres = f"shard:{shards}" if shards else f"gpu:{gpu.gres_type}:{per_node}"
     cpus = CPUS_PER_GPU.get(entry.family, 4)

@@ -10,6 +10,7 @@ and the recorded outputs in tests/fixtures/slurm/ pin that down.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
@@ -344,7 +345,20 @@ def jobs_from_document(doc: Mapping[str, Any], command: str) -> list[Job]:
     # When a step's record reaches slurmdbd before its job's, slurmdbd stores a placeholder
     # (name "allocation", no partition, partial nodes) and fills it in later; seen on 22.05 under
     # load. Every real job has a partition, so a record without one is not reported yet.
-    return [job for job in map(job_from_sacct, doc.get("jobs") or []) if job.partition]
+    return latest_runs([job for job in map(job_from_sacct, doc.get("jobs") or []) if job.partition])
+
+
+def latest_runs(jobs: list[Job]) -> list[Job]:
+    """One record per job id, its latest run, as plain `sacct` shows it (not `sacct -D`).
+
+    slurmdbd keeps a record per run of a requeued job, oldest first (the earlier ones in state
+    REQUEUED); the runs before the last one become its restart count, which sacct does not report.
+    """
+    runs: dict[int, list[Job]] = {}
+    for job in jobs:
+        runs.setdefault(job.job_id, []).append(job)
+    return [replace(records[-1], restarts=max(records[-1].restarts, len(records) - 1)) if len(records) > 1
+            else records[-1] for records in runs.values()]
 
 
 def nodes_from_document(doc: Mapping[str, Any], command: str) -> list[Node]:

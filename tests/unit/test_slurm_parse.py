@@ -215,3 +215,16 @@ def test_gres_lists_with_index_details_split_right(items) -> None:
 
     spec = ",".join(render(*item) for item in items)
     assert parse.parse_gres(spec) == [(n, t, c) for n, t, c, _ in items]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_requeued_job_is_one_record_of_its_latest_run_with_its_restarts(version: str) -> None:
+    recorded = Recorded(version)
+    doc = recorded.doc("sacct.json")
+    completed = next(r for r in doc["jobs"] if r["job_id"] == recorded.roles["completed"])
+    # slurmdbd keeps one record per run, oldest first: two earlier runs ended REQUEUED.
+    earlier = json.loads(json.dumps(completed))
+    earlier["state"]["current"] = ["REQUEUED"] if isinstance(earlier["state"]["current"], list) else "REQUEUED"
+    doc = dict(doc, jobs=[earlier, json.loads(json.dumps(earlier)), *doc["jobs"]])
+    jobs = [j for j in parse.jobs_from_document(doc, "sacct") if j.job_id == completed["job_id"]]
+    assert len(jobs) == 1 and jobs[0].state == "COMPLETED" and jobs[0].restarts == 2

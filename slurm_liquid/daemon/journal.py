@@ -1,0 +1,96 @@
+"""The daemon's own memory of resizes, in SQLite (WAL mode): what it is doing and what it did.
+
+Every resize is written down before its first step and after each step, so that a daemon killed in the
+middle finds the half-done change on restart and finishes or rolls it back (`Resizer.reconcile`), and
+so that the limits (minimum time between changes of a job, changes per hour) survive restarts.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PHASES = ("planned", "signalled", "requeued", "updated", "released")
+FINAL = ("done", "failed", "rolled-back")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS changes (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id   INTEGER NOT NULL,
+    old      TEXT NOT NULL,       -- placement before, e.g. gpu01:2
+    new      TEXT NOT NULL,       -- placement wanted, e.g. gpu[01-02]:4
+    phase    TEXT NOT NULL,
+    started  REAL NOT NULL,
+    updated  REAL NOT NULL,
+    note     TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS changes_job ON changes (job_id, started);
+"""
+
+
+@dataclass(frozen=True)
+class Change:
+    id: int
+    job_id: int
+    old: str
+    new: str
+    phase: str
+    started: float
+    updated: float
+    note: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINAL
+
+
+class Journal:
+    def __init__(self, path: str | Path, now=time.time):
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        # One writer (the daemon); autocommit so that every step is on disk before the next Slurm command.
+        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=10)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(_SCHEMA)
+        self.now = now
+
+    def close(self) -> None:
+        self.db.close()
+
+    def begin(self, job_id: int, old: str, new: str) -> Change:
+        t = self.now()
+        cur = self.db.execute("INSERT INTO changes (job_id, old, new, phase, started, updated) VALUES (?, ?, ?, ?, ?, ?)",
+                              (int(job_id), old, new, "planned", t, t))
+        return self.get(int(cur.lastrowid))
+
+    def advance(self, change: Change, phase: str, note: str = "") -> Change:
+        if phase not in PHASES + FINAL:
+            raise ValueError(f"unknown phase {phase!r}")
+        self.db.execute("UPDATE changes SET phase = ?, updated = ?, note = ? WHERE id = ?",
+                        (phase, self.now(), note or change.note, change.id))
+        return self.get(change.id)
+
+    def get(self, change_id: int) -> Change:
+        row = self.db.execute("SELECT id, job_id, old, new, phase, started, updated, note FROM changes WHERE id = ?",
+                              (change_id,)).fetchone()
+        return Change(*row)
+
+    def unfinished(self) -> list[Change]:
+        rows = self.db.execute("SELECT id, job_id, old, new, phase, started, updated, note FROM changes "
+                               "WHERE phase NOT IN (?, ?, ?) ORDER BY id", FINAL).fetchall()
+        return [Change(*r) for r in rows]
+
+    def recent(self, job_id: int, since: float) -> list[Change]:
+        """Changes of `job_id` started after `since` that did change the job (done ones)."""
+        rows = self.db.execute("SELECT id, job_id, old, new, phase, started, updated, note FROM changes "
+                               "WHERE job_id = ? AND started >= ? AND phase = 'done' ORDER BY id",
+                               (int(job_id), since)).fetchall()
+        return [Change(*r) for r in rows]
+
+    def count_since(self, since: float) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM changes WHERE started >= ? AND phase = 'done'",
+                               (since,)).fetchone()[0]

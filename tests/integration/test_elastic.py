@@ -1,0 +1,141 @@
+"""Elastic jobs on the real cluster: the daemon resizes them by checkpoint, requeue and resize.
+
+The jobs are the CPU stand-in trainer (examples/elastic/standin_trainer.py): it takes as long per step
+as the measured application did on the GPUs it holds, checkpoints on SIGUSR1 and resumes after a
+requeue. Each job logs every start and its one completion into /shared, so a test can tell that no job
+ran to the end twice. The test cluster's daemon config (containers/slurm/liquid.toml): DL2, a slot
+every 15 s, at most one change per job per 20 s.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Iterator
+
+import pytest
+
+from slurm_liquid.record import Record
+from tests.integration.cluster import Cluster, wait_for
+from tests.integration.test_submission import daemon, finished, sbatch, write
+
+pytestmark = pytest.mark.integration
+TRAINER = "/opt/slurm-liquid/examples/elastic/standin_trainer.py"
+RUNS = "/shared/elastic-runs"
+
+
+def elastic_script(steps: int, speedup: float, low: int = 1, high: int = 8) -> str:
+    # The daemon signals the whole job: the shell ignores USR1 (else it dies of it), the trainer catches it.
+    # The log lines tell starts from ends.
+    return (f"#!/bin/bash\n#LIQUID model=resnet18 batch-size=128 elastic={low}:{high} signal=USR1@15\n"
+            f"trap '' USR1\necho start >> {RUNS}/$SLURM_JOB_ID\n"
+            f"/opt/slurm-liquid/bin/python {TRAINER} --app cifar10 --steps {steps} --batch-size 128 "
+            f"--speedup {speedup} --checkpoint-dir /shared/checkpoints --report-interval 1 || exit $?\n"
+            f"echo done >> {RUNS}/$SLURM_JOB_ID\n")
+
+
+def run_log(cluster: Cluster, job_id: int) -> list[str]:
+    proc = cluster.exec("slurmctld", "cat", f"{RUNS}/{job_id}")
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+@pytest.fixture
+def elastic_cluster(cluster: Cluster) -> Iterator[Cluster]:
+    # /shared outlives a recreated cluster, whose job ids start again at 1: clear what old jobs left.
+    cleared = cluster.exec("slurmctld", "rm", "-rf", RUNS, "/shared/checkpoints", "/shared/slurm-liquid/progress")
+    assert cleared.returncode == 0, cleared.stderr
+    for path in (RUNS, "/shared/slurm-liquid/progress"):
+        assert cluster.exec("slurmctld", "install", "-d", "-m", "1777", path).returncode == 0
+    yield cluster
+    daemon(cluster, "stop")
+    daemon(cluster, "start")
+
+
+def run_workload(cluster: Cluster, policy: str, jobs: int = 3, steps: int = 1500, speedup: float = 2.0
+                 ) -> tuple[dict[int, float], list]:
+    """Submit `jobs` elastic stand-ins under `policy`; returns {job: JCT s} and the sacct records."""
+    daemon(cluster, "stop")
+    daemon(cluster, "start")  # default policy from liquid.toml, or the override below
+    if policy != "dl2":
+        daemon(cluster, "stop")
+        assert cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", policy).returncode == 0
+    ids = []
+    for number in range(jobs):
+        write(cluster, f"/shared/elastic-{policy}-{number}.sh", elastic_script(steps, speedup))
+        ids.append(sbatch(cluster, ("alice", "bob")[number % 2], "--gres=gpu:1", "--requeue",
+                          f"/shared/elastic-{policy}-{number}.sh")[0])
+        time.sleep(2)
+    done = wait_for(f"the {policy} workload to finish", lambda: finished(cluster, ids), timeout=900, every=5)
+    jct = {j.job_id: (j.end_time - j.submit_time).total_seconds() for j in done}
+    return jct, done
+
+
+def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: Cluster) -> None:
+    cluster = elastic_cluster
+    results = {}
+    for policy in ("dl2", "static"):
+        jct, done = run_workload(cluster, policy)
+        for job in done:
+            assert job.state == "COMPLETED", (policy, job.job_id, job.state)
+            log = run_log(cluster, job.job_id)
+            assert log.count("done") == 1, (policy, job.job_id, log)          # ran to the end exactly once
+            assert log.count("start") == job.restarts + 1, (policy, job.job_id, log, job.restarts)
+        results[policy] = (statistics.mean(jct.values()), sum(j.restarts for j in done), done)
+    dl2_jobs = results["dl2"][2]
+    # DL2 grew the lone jobs on an idle cluster: the resizes are in the records and in Slurm's restarts.
+    resized = [j for j in dl2_jobs if Record.parse(j.comment) and Record.parse(j.comment).get("resized")]
+    assert resized and all(j.restarts >= 1 for j in resized), [j.comment for j in dl2_jobs]
+    assert max(j.gpus for j in dl2_jobs) > 1
+    assert results["static"][1] == 0      # static never touches a job
+    print(f"\naverage JCT on Slurm {cluster.slurm}: dl2 {results['dl2'][0]:.0f} s "
+          f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s")
+
+
+def test_a_daemon_killed_mid_resize_leaves_no_job_held(elastic_cluster: Cluster) -> None:
+    cluster = elastic_cluster
+    daemon(cluster, "stop")
+    started = cluster.exec("slurmctld", "env", "SLURM_LIQUID_FAILPOINT=after-requeue:600",
+                           "entrypoint.sh", "daemon-start")
+    assert started.returncode == 0, started.stderr
+    write(cluster, "/shared/elastic-fault.sh", elastic_script(steps=1500, speedup=2.0))
+    job_id = sbatch(cluster, "alice", "--gres=gpu:1", "--requeue", "/shared/elastic-fault.sh")[0]
+
+    def stalled():
+        job = cluster.client.job(job_id)
+        return job if job.is_pending and job.held and job.restarts >= 1 else None
+
+    wait_for("the daemon to requeue-hold the job and stall", stalled, timeout=180, every=2)
+    daemon(cluster, "stop")                      # killed between requeuehold and release
+    daemon(cluster, "start")                     # reconcile finishes the change
+    job = wait_for("the job to finish", lambda: finished(cluster, [job_id]), timeout=600, every=5)[0]
+    assert job.state == "COMPLETED"
+    assert run_log(cluster, job_id).count("done") == 1
+
+
+def test_jobs_survive_a_slurmctld_restart_and_a_node_going_down(elastic_cluster: Cluster) -> None:
+    cluster = elastic_cluster
+    ids = []
+    for number in range(2):
+        write(cluster, f"/shared/elastic-chaos-{number}.sh", elastic_script(steps=2000, speedup=2.0, low=1, high=1))
+        ids.append(sbatch(cluster, "bob", "--gres=gpu:1", "--requeue", f"/shared/elastic-chaos-{number}.sh")[0])
+    first = wait_for("a job to run", lambda: next((j for j in map(cluster.client.job, ids) if j.is_running), None),
+                     timeout=120)
+    restart = cluster.exec("slurmctld", "sh", "-c", "pkill -x slurmctld; sleep 2; slurmctld")
+    assert restart.returncode == 0, restart.stderr
+    wait_for("slurmctld to answer", lambda: cluster.exec("slurmctld", "scontrol", "ping").returncode == 0, timeout=60)
+    node = first.nodes[0]
+    try:
+        down = cluster.exec("slurmctld", "scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=chaos-test")
+        assert down.returncode == 0, down.stderr
+        # Slurm requeues the job; the daemon re-places it off the dead node (it was pinned there).
+        moved = wait_for(f"job {first.job_id} to run again elsewhere or finish",
+                         lambda: (lambda j: j if j.is_finished or (j.is_running and node not in j.nodes) else None)(
+                             cluster.client.job(first.job_id)), timeout=180, every=2)
+        assert moved.restarts >= 1 or moved.is_finished
+        done = wait_for("both jobs to finish", lambda: finished(cluster, ids), timeout=600, every=5)
+    finally:
+        cluster.exec("slurmctld", "scontrol", "update", f"NodeName={node}", "State=RESUME")
+    for job in done:
+        assert job.state == "COMPLETED", (job.job_id, job.state)
+        assert run_log(cluster, job.job_id).count("done") == 1
+    assert not [j for j in cluster.client.jobs(ids) if j.is_pending]

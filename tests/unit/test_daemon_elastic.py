@@ -1,0 +1,336 @@
+"""The elastic slot: which jobs may change, what the policy asks, the limits, and shadow mode.
+
+The cluster is the test cluster's shape: leaf1 over gpu01-02, leaf2 over gpu03-04, 4 H100s per
+node (containers/slurm/topology.conf). Slurm is a mock with the client's own signatures; the clock
+is fixed and the jobs report their checkpoint at once, so nothing sleeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+from unittest.mock import create_autospec
+
+import pytest
+
+import slurm_liquid.policy
+from slurm_liquid.config import Config, parse
+from slurm_liquid.daemon.admit import format_placed, parse_placed
+from slurm_liquid.daemon.elastic import Adjuster, SlotReport, elastic_jobs
+from slurm_liquid.daemon.journal import Journal
+from slurm_liquid.daemon.resize import Checkpointing
+from slurm_liquid.policy.base import Action, ClusterView
+from slurm_liquid.record import Record
+from slurm_liquid.slurm import Job, Node, SlurmClient
+from slurm_liquid.topology import Topology
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPOLOGY = Topology.from_topology_conf((ROOT / "containers" / "slurm" / "topology.conf").read_text())
+NOW = 1_700_000_000.0
+CHANGES = ("signal", "requeue_hold", "resize", "update_job", "release")
+PLACED_TAG = "liquid/1 state=placed placed={}"
+
+
+def at(offset_s: float) -> datetime:
+    return datetime.fromtimestamp(NOW + offset_s, tz=timezone.utc)
+
+
+def running(job_id: int, placed: dict[str, int], spec: str = "model=resnet50 batch-size=256 elastic=1:8",
+            *, tagged: bool = True, started_ago: float = 3600, submitted_ago: float = 7200, state: str = "RUNNING") -> Job:
+    """A job this daemon placed on `placed` (GPUs per node) and started `started_ago` s ago."""
+    where = format_placed(placed)
+    return Job(job_id, f"job{job_id}", "alice", state, nodes=tuple(placed), num_nodes=len(placed),
+               gpus=sum(placed.values()), gpus_per_node=max(placed.values()), gpu_type="h100",
+               comment=f"liquid/1 placed={where} | {spec}", admin_comment=PLACED_TAG.format(where) if tagged else "",
+               submit_time=at(-submitted_ago), start_time=at(-started_ago))
+
+
+def waiting(job_id: int, gpus: int, submitted_ago: float = 60) -> Job:
+    """A rigid job pending for `gpus` GPUs."""
+    return Job(job_id, f"job{job_id}", "bob", "PENDING", gpus=gpus, gpu_type="h100",
+               comment="liquid/1 | model=bert-large", submit_time=at(-submitted_ago))
+
+
+def cluster(jobs: list[Job]) -> list[Node]:
+    """gpu01-04 with the GPUs the running `jobs` hold allocated."""
+    used: dict[str, int] = {}
+    for job in jobs:
+        if job.is_running:
+            for name in job.nodes:
+                used[name] = used.get(name, 0) + job.gpus // len(job.nodes)
+    return [Node(f"gpu0{i}", "MIXED" if used.get(f"gpu0{i}") else "IDLE", cpus=64, mem_mib=256000, gpus=4,
+                 gpus_alloc=used.get(f"gpu0{i}", 0), gpu_type="h100") for i in range(1, 5)]
+
+
+def config(policy: str = "drf", mode: str = "enforce", **elastic: int) -> Config:
+    extra = "".join(f"{k} = {v}\n" for k, v in elastic.items())
+    return parse(f'[daemon]\nmode = "{mode}"\n[elastic]\npolicy = "{policy}"\n{extra}')
+
+
+def slurm(jobs: list[Job]):
+    client = create_autospec(SlurmClient, instance=True)
+    client.jobs.return_value = jobs
+    client.nodes.return_value = cluster(jobs)
+    return client
+
+
+def no_sleep(seconds: float) -> None:
+    raise AssertionError("the slot slept: the checkpoint report was not seen")
+
+
+def adjuster(client, cfg: Config, journal: Journal | None = None, progress: dict | None = None) -> Adjuster:
+    report = {"checkpoint_time": NOW, **(progress or {})}
+    return Adjuster(client, cfg, TOPOLOGY, journal or Journal(":memory:", now=lambda: NOW),
+                    progress=lambda job: report, now=lambda: NOW, sleep=no_sleep)
+
+
+def slot(jobs: list[Job], cfg: Config | None = None, journal: Journal | None = None) -> tuple[SlotReport, object]:
+    client = slurm(jobs)
+    return adjuster(client, cfg or config(), journal).run_slot(), client
+
+
+def changed_jobs(client) -> set[int]:
+    """Jobs any changing Slurm call named."""
+    return {c.args[0] for name, c in ((n, getattr(client, n)) for n in CHANGES) for c in c.call_args_list}
+
+
+def resized_to(client) -> dict[str, int]:
+    """The placement the one resize asked of Slurm."""
+    client.resize.assert_called_once()
+    args, kwargs = client.resize.call_args
+    _, per_node = args
+    assert kwargs["num_nodes"] == len(kwargs["nodes"])
+    return {name: per_node for name in kwargs["nodes"]}
+
+
+# ---------------------------------------------------------------- who is elastic
+
+def test_elastic_jobs_are_running_tagged_and_opted_in() -> None:
+    ok = running(1, {"gpu01": 2}, "model=resnet50 elastic=2:6 signal=USR2@30")
+    others = [
+        running(2, {"gpu02": 2}, state="PENDING"),                       # not running
+        running(3, {"gpu03": 2}, tagged=False),                          # record forged by the user, no tag
+        running(4, {"gpu03": 1}, "model=resnet50 min-gpus=1 max-gpus=8"),  # a range, but no opt-in
+        running(5, {"gpu04": 1}, "model=resnet50 elastic=banana"),       # spec that does not parse
+        replace(running(6, {"gpu04": 1}), admin_comment="liquid/1 state=shadowed"),   # not placed by us
+    ]
+    found = elastic_jobs([ok, *others])
+    assert list(found) == [1]
+    item = found[1]
+    assert (item.low, item.high, item.checkpointing) == (2, 6, Checkpointing("USR2", 30.0))
+    assert item.job is ok and item.spec.model == "resnet50"
+
+
+def test_a_forged_record_without_the_tag_is_never_resized() -> None:
+    forged = running(7, {"gpu01": 2}, tagged=False)
+    report, client = slot([forged])
+    assert report.decided == {} and changed_jobs(client) == set()
+
+
+# ---------------------------------------------------------------- the policy's answer, applied
+
+def test_static_policy_changes_nothing() -> None:
+    report, client = slot([running(7, {"gpu01": 2}), waiting(8, 16)], config("static"))
+    assert report.decided == {} and changed_jobs(client) == set()
+
+
+def test_drf_grows_a_lone_elastic_job_to_its_maximum_the_same_on_every_node() -> None:
+    report, client = slot([running(7, {"gpu01": 2})])
+    assert report.decided == {7: 8}                  # the whole cluster is free, 8 is the job's maximum
+    new = resized_to(client)
+    assert sum(new.values()) == 8 and max(new.values()) <= 4
+    assert len({TOPOLOGY.leaf_of(n) for n in new}) == 1   # 2 x 4 fits under one leaf: no spread
+    assert report.resized == {7: f"gpu01:2->{format_placed(new)}"}
+    record = Record.parse(client.update_job.call_args.kwargs["Comment"])
+    assert parse_placed(record.get("placed")) == new and record.get("resized") == "2to8"
+    client.release.assert_called_once_with(7)
+
+
+def test_drf_shrinks_an_elastic_job_to_its_minimum_when_rigid_jobs_want_the_cluster() -> None:
+    # DRF: the elastic job (first) gets its minimum 1, then the rigid 8 and 7 fill the other 15.
+    report, client = slot([running(7, {"gpu01": 4, "gpu02": 4}), waiting(8, 8), waiting(9, 7)])
+    assert report.decided == {7: 1}
+    new = resized_to(client)
+    assert sum(new.values()) == 1
+    assert changed_jobs(client) == {7}
+
+
+class FixedPolicy:
+    """Asks for `gpus` GPUs for job 7, whatever the cluster (to test the clamp, not a policy)."""
+
+    name = "fixed"
+    speed = None
+
+    def __init__(self, gpus: int):
+        self.gpus = gpus
+
+    def reset(self) -> None:
+        pass
+
+    def decide(self, view: ClusterView) -> list[Action]:
+        nodes = [n.name for n in view.nodes]
+        allocation = tuple((nodes[i % len(nodes)], 1) for i in range(self.gpus))
+        return [Action("7", allocation)]
+
+
+@pytest.mark.parametrize("asked, decided, shape", [
+    (16, 6, {"gpu01": 3, "gpu02": 3}),   # above the range: 6, as 2 x 3 (6 GPUs are not 4 + 2 in Slurm)
+    (0, 2, None),                        # a suspension is not a resize: the range's minimum
+    (3, 3, None),                        # inside the range: as asked
+])
+def test_decisions_are_clamped_to_the_elastic_range(monkeypatch, asked: int, decided: int, shape) -> None:
+    monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args: FixedPolicy(asked))
+    report, client = slot([running(7, {"gpu01": 4}, "model=resnet50 elastic=2:6")])
+    assert report.decided == {7: decided}
+    new = resized_to(client)
+    assert sum(new.values()) == decided and len(set(new.values())) == 1
+    if shape:
+        assert new == shape
+
+
+def test_a_rigid_running_job_is_never_touched() -> None:
+    rigid = running(5, {"gpu03": 4}, "model=bert-large")
+    report, client = slot([running(7, {"gpu01": 2}, submitted_ago=9000), rigid])
+    assert report.decided == {7: 8}
+    assert "gpu03" not in resized_to(client)
+    assert changed_jobs(client) == {7}
+
+
+def test_the_job_is_skipped_with_a_reason_when_no_even_placement_exists() -> None:
+    # Three rigid jobs hold 3 GPUs on each of gpu02-04: DRF gives the elastic job 1 + 6 = 7 GPUs,
+    # and 7 (a prime) is only 7 nodes x 1 GPU in Slurm's terms: there are 4 nodes.
+    rigid = [running(i, {f"gpu0{i}": 3}, "model=bert-large") for i in (2, 3, 4)]
+    report, client = slot([running(7, {"gpu01": 2}, submitted_ago=9000), *rigid])
+    assert report.decided == {7: 7}
+    assert "cannot be placed" in report.skipped[7]
+    assert changed_jobs(client) == set()
+
+
+def test_two_jobs_resized_in_one_slot_never_ask_for_the_same_gpus() -> None:
+    # Both grow to 8 = 2 x 4; leaf1 is half taken by the two jobs themselves, so the first goes to leaf2
+    # and the second fits only where the first left (leaf1), not on leaf2 again.
+    report, client = slot([running(7, {"gpu01": 2}), running(6, {"gpu02": 2}, submitted_ago=8000)])
+    assert report.decided == {6: 8, 7: 8}
+    asked: dict[str, int] = {}
+    for (_, per_node), kwargs in client.resize.call_args_list:
+        for name in kwargs["nodes"]:
+            asked[name] = asked.get(name, 0) + per_node
+    assert max(asked.values()) <= 4
+
+
+# ---------------------------------------------------------------- limits
+
+def history(*changes: tuple[float, str]) -> Journal:
+    """A journal of job 7's earlier changes: (seconds ago, final phase)."""
+    clock = [NOW]
+    journal = Journal(":memory:", now=lambda: clock[0])
+    for ago, phase in changes:
+        clock[0] = NOW - ago
+        journal.advance(journal.begin(7, "gpu01:1", "gpu01:2"), phase)
+    clock[0] = NOW
+    return journal
+
+
+@pytest.mark.parametrize("changes, limits, started_ago, skipped", [
+    ([(5, "done")], {}, 3600, "changed too recently"),
+    ([(5, "failed"), (5, "rolled-back")], {}, 3600, None),          # only changes that happened count
+    ([(400, "done")], {}, 3600, None),                              # past min_change_interval_s = 300
+    ([], {}, 10, "started too recently"),
+    ([(1800, "done"), (900, "done")], {"max_changes_per_hour": 2, "min_change_interval_s": 60}, 3600,
+     "hourly change limit"),
+    ([(3700, "done"), (900, "done")], {"max_changes_per_hour": 2, "min_change_interval_s": 60}, 3600, None),
+])
+def test_limits_hold_a_change_back(changes, limits, started_ago: float, skipped: str | None) -> None:
+    report, client = slot([running(7, {"gpu01": 2}, started_ago=started_ago)], config(**limits), history(*changes))
+    assert report.decided == {7: 8}
+    if skipped:
+        assert report.skipped == {7: skipped} and changed_jobs(client) == set()
+    else:
+        assert report.resized and changed_jobs(client) == {7}
+
+
+def test_a_done_change_is_journalled_and_counts_for_the_next_slot() -> None:
+    journal = history()
+    jobs = [running(7, {"gpu01": 2})]
+    first, _ = slot(jobs, journal=journal)
+    assert 7 in first.resized and journal.count_since(NOW - 1) == 1
+    second, client = slot(jobs, journal=journal)      # Slurm not updated yet in this fake: same view
+    assert second.skipped == {7: "changed too recently"} and changed_jobs(client) == set()
+
+
+# ---------------------------------------------------------------- shadow mode and reconcile
+
+def test_shadow_mode_only_notes_what_it_would_do() -> None:
+    journal = history()
+    report, client = slot([running(7, {"gpu01": 2})], config(mode="shadow"), journal)
+    assert [name for name, _, _ in client.mock_calls if name in CHANGES] == ["update_job"]
+    (job_id,), fields = client.update_job.call_args
+    assert job_id == 7 and set(fields) == {"Comment"}
+    record = Record.parse(fields["Comment"])
+    assert record.get("would_resize") == "2to8" and record.get("placed") == "gpu01:2"
+    assert report.skipped[7].startswith("shadow: would resize gpu01:2->") and not report.resized
+    assert journal.count_since(0) == 0 and journal.unfinished() == []
+
+
+def test_a_slot_first_finishes_what_a_killed_daemon_left() -> None:
+    journal = history()
+    journal.advance(journal.begin(7, "gpu01:2", "gpu[01-02]:4"), "updated")
+    held = Job(7, "job7", "alice", "PENDING", held=True, gpus=8)
+    client = slurm([])
+    client.job.return_value = held
+    report = adjuster(client, config("static"), journal).run_slot()
+    assert report.reconciled == [7]
+    client.release.assert_called_once_with(7)
+    assert journal.unfinished() == []
+
+
+# ---------------------------------------------------------------- the speed the policies see
+
+class Recorder(FixedPolicy):
+    """Keeps the speed model it is given, as Optimus and DL2 do, and asks for nothing."""
+
+    def __init__(self, speed):
+        super().__init__(0)
+        self.speed = speed
+
+    def decide(self, view: ClusterView) -> list[Action]:
+        return []
+
+
+def test_every_slot_gives_the_policy_the_jobs_fresh_progress(monkeypatch) -> None:
+    made = []
+    monkeypatch.setattr(slurm_liquid.policy, "make_policy",
+                        lambda name, placer, speed, path: made.append(Recorder(speed)) or made[-1])
+    client = slurm([running(7, {"gpu01": 2})])
+    progress = {"total": 1000, "step": 100}
+    work = adjuster(client, config(), progress=progress)
+    work.run_slot()
+    assert made[0].speed.remaining == {"7": 900.0}
+    work.progress = lambda job: {"total": 1000, "step": 600}
+    work.run_slot()
+    assert len(made) == 1 and made[0].speed.remaining == {"7": 400.0}
+    assert changed_jobs(client) == set()      # no action: the job keeps what it holds
+
+
+# ---------------------------------------------------------------- the learned policy
+
+def test_dl2_runs_on_the_live_view_and_stays_within_the_range() -> None:
+    jobs = [running(7, {"gpu01": 2}, "model=resnet50 batch-size=256 elastic=2:6"),
+            running(6, {"gpu03": 4}, "model=bert-base batch-size=64 elastic=1:8", submitted_ago=8000),
+            waiting(8, 4)]
+    report, client = slot(jobs, config("dl2", min_change_interval_s=0))
+    assert set(report.decided) == {6, 7}
+    assert 2 <= report.decided[7] <= 6 and 1 <= report.decided[6] <= 8
+    assert changed_jobs(client) <= {6, 7}
+
+
+def test_the_speed_model_never_fails_past_what_the_batch_can_feed() -> None:
+    from slurm_liquid.daemon.elastic import LiveSpeedModel
+    from slurm_liquid.policy.base import JobView
+
+    model = LiveSpeedModel(4, {})
+    job = JobView("1", 0.0, 1, app="cifar10", batch_size=128, min_gpus=1, max_gpus=8)
+    times = [model.iteration_time(job, g) for g in range(1, 9)]
+    # 128 / 5 GPUs is below cifar10's smallest measured per-GPU batch (32): no faster than 4 GPUs.
+    assert times[0] > times[1] > times[3] and times[4:] == [times[3]] * 4
