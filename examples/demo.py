@@ -41,13 +41,22 @@ JOBS = [
 ]
 
 
+# Elastic jobs: the CPU stand-in trainer takes as long per step as ResNet-18 on CIFAR-10 did on the GPUs
+# it holds (measured traces), checkpoints on SIGUSR1 and resumes after each resize.
+ELASTIC_BODY = ("trap '' USR1\n/opt/slurm-liquid/bin/python /opt/slurm-liquid/examples/elastic/standin_trainer.py "
+                "--app cifar10 --steps 1500 --batch-size 128 --speedup 2 --checkpoint-dir /shared/checkpoints "
+                "--report-interval 1")
+ELASTIC = [("elastic-a", "alice"), ("elastic-b", "bob")]
+
+
 def container_exec(container: str, *argv: str) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", "exec", container, *argv], capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
 
 
-def submit(container: str, name: str, user: str, how: str, args: list[str], said) -> tuple[int, list[str]]:
-    body = f"#!/bin/sh\n{said if how == 'directives' else ''}\nsleep 8\n"
+def submit(container: str, name: str, user: str, how: str, args: list[str], said,
+           body: str = "sleep 8") -> tuple[int, list[str]]:
+    body = f"#!/bin/bash\n{said if how == 'directives' else ''}\n{body}\n"
     path = f"/shared/demo-{name}.sh"
     written = container_exec(container, "python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])",
                              path, body)
@@ -61,6 +70,19 @@ def submit(container: str, name: str, user: str, how: str, args: list[str], said
     if proc.returncode:
         raise SlurmError(f"sbatch of {name} failed: {proc.stderr.strip()}")
     return int(proc.stdout.strip().split(";")[0]), [l for l in proc.stderr.splitlines() if "slurm-liquid" in l]
+
+
+def wait_finished(client, ids, timeout: float):
+    """The jobs from sacct once all have ended, or None (with a message) after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = [j for j in client.accounting(ids) if j.is_finished]
+        if len(done) == len(ids):
+            return done
+        if time.monotonic() > deadline:
+            print(f"demo: jobs {sorted(ids)} still not finished after {timeout:.0f} s", file=sys.stderr)
+            return None
+        time.sleep(2)
 
 
 def main() -> int:
@@ -85,15 +107,9 @@ def main() -> int:
         shown = f"  {user}$ sbatch {' '.join(sbatch_args)}  [{how}]  -> job {job_id}"
         print(shown + "".join(f"\n      {line.strip()}" for line in lines))
 
-    deadline = time.monotonic() + args.timeout
-    while True:
-        done = [j for j in client.accounting(ids) if j.is_finished]
-        if len(done) == len(ids):
-            break
-        if time.monotonic() > deadline:
-            print(f"demo: jobs still not finished after {args.timeout:.0f} s", file=sys.stderr)
-            return 1
-        time.sleep(2)
+    done = wait_finished(client, ids, args.timeout)
+    if done is None:
+        return 1
 
     print("\nWhat sacct recorded (the Comment column is slurm-liquid's record):")
     print(f"  {'job':>4}  {'name':11} {'how':10} {'state':9} {'GPUs':>4} {'shards':>6}  {'nodes':14} {'leaves':6}  record")
@@ -110,6 +126,26 @@ def main() -> int:
     shown = container_exec(container, "slurm-liquid", "explain", str(example))
     print(shown.stdout.rstrip() or shown.stderr.rstrip())
     print("\nSame view by hand: sacct -X -o JobID,JobName,State,AllocTRES%40,NodeList,Comment%120")
+    return elastic(container, client, args.timeout + 300)
+
+
+def elastic(container: str, client, timeout: float) -> int:
+    print("\nElastic jobs (#LIQUID elastic=1:8): the daemon's DL2 policy resizes them every slot on the idle cluster")
+    ids = {}
+    for name, user in ELASTIC:
+        job_id, _ = submit(container, name, user, "directives", ["--gres=gpu:1", "--requeue"],
+                           "#LIQUID model=resnet18 batch-size=128 elastic=1:8 signal=USR1@15", ELASTIC_BODY)
+        ids[job_id] = name
+        print(f"  {user}$ sbatch --gres=gpu:1 --requeue  [elastic=1:8]  -> job {job_id}")
+    done = wait_finished(client, ids, timeout)
+    if done is None:
+        return 1
+    print(f"  {'job':>4}  {'name':10} {'state':9} {'restarts':>8} {'GPUs at the end':>15}  {'JCT':>5}  resized")
+    for job in sorted(done, key=lambda j: j.job_id):
+        record = Record.parse(job.comment)
+        jct = (job.end_time - job.submit_time).total_seconds()
+        print(f"  {job.job_id:>4}  {ids[job.job_id]:10} {job.state:9} {job.restarts:>8} {job.gpus:>15}  {jct:>4.0f}s  "
+              f"{record.get('resized') if record else ''}")
     return 0
 
 

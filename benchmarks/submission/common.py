@@ -156,3 +156,12 @@ def summary(values: Sequence[float]) -> dict[str, float]:
 
 def load_average(suite: str) -> str:
     return sh(suite, "cut -d' ' -f1-3 /proc/loadavg", check=False).strip()
+
+
+# The start of every in-container program: its spec (argv[1], JSON) and a login environment for the
+# user it runs sbatch as. The program's own imports come first and must include json, pwd and sys.
+USER_PRELUDE = """spec = json.loads(sys.argv[1])
+user = pwd.getpwnam(spec["user"])
+env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": user.pw_dir,
+       "USER": user.pw_name, "LOGNAME": user.pw_name, "LANG": "C.UTF-8"}
+"""

@@ -63,11 +63,7 @@ NODES = ["gpu01", "gpu02", "gpu03", "gpu04"]
 # time stamps and what squeue showed when.
 PROGRAM = r"""
 import json, os, pwd, subprocess, sys, time
-spec = json.loads(sys.argv[1])
-user = pwd.getpwnam(spec["user"])
-env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": user.pw_dir,
-       "USER": user.pw_name, "LOGNAME": user.pw_name, "LANG": "C.UTF-8"}
-stamps = spec["stamps"]
+""" + common.USER_PRELUDE + r"""stamps = spec["stamps"]
 def sbatch(*argv):
     proc = subprocess.run(["sbatch", "--parsable", "--output=/dev/null", "--chdir=/shared", *argv],
                           user=user.pw_uid, group=user.pw_gid, extra_groups=[], env=env, cwd="/shared",

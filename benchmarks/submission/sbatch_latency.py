@@ -43,11 +43,7 @@ LABELS = {"a": "liquid job, cli_filter on", "b": "liquid job, cli_filter off", "
 # changes it, and always puts the "on" text back before it exits.
 PROGRAM = r"""
 import json, os, pwd, subprocess, sys, time
-spec = json.loads(sys.argv[1])
-user = pwd.getpwnam(spec["user"])
-env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": user.pw_dir,
-       "USER": user.pw_name, "LOGNAME": user.pw_name, "LANG": "C.UTF-8"}
-conf = spec["conf_path"]
+""" + common.USER_PRELUDE + r"""conf = spec["conf_path"]
 current = [None]
 def put(text):
     if current[0] == text:

@@ -55,11 +55,7 @@ SUBMIT_RPC = re.compile(r"REQUEST_SUBMIT_BATCH_JOB\s*\(\s*\d+\)\s*count:(\d+)\s+
 PROGRAM = r"""
 import json, pwd, subprocess, sys, time
 from concurrent.futures import ThreadPoolExecutor
-spec = json.loads(sys.argv[1])
-user = pwd.getpwnam(spec["user"])
-env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": user.pw_dir,
-       "USER": user.pw_name, "LOGNAME": user.pw_name, "LANG": "C.UTF-8"}
-argv = ["sbatch", "--parsable", "--hold", "--job-name=" + spec["name"], "--output=/dev/null", "--chdir=/shared",
+""" + common.USER_PRELUDE + r"""argv = ["sbatch", "--parsable", "--hold", "--job-name=" + spec["name"], "--output=/dev/null", "--chdir=/shared",
         "--gres=gpu:1", spec["script"]]
 def one(_):
     t0 = time.perf_counter()

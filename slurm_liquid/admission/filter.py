@@ -43,6 +43,14 @@ class Asked:
     def total(self) -> int:
         return self.gpus if self.option == "gpus" else self.gpus * self.nodes
 
+    @classmethod
+    def of_job(cls, job) -> "Asked":
+        """The request of a job Slurm already holds (`slurm_liquid.slurm.Job`)."""
+        nodes = max(job.num_nodes, 1)
+        if job.gpus_per_node:
+            return cls("gres", job.gpus_per_node, job.gpu_type, nodes, job.shards)
+        return cls("gpus" if job.gpus else None, job.gpus, job.gpu_type, nodes, job.shards)
+
     def describe(self) -> str:
         if self.shards:
             return f"shard:{self.shards}"

@@ -290,9 +290,10 @@ class Admitter:
             return record
         if job.job_id in self._records:
             return self._records[job.job_id]
-        record = Record().with_fields(mode="server", asked=_asked(job))
+        from slurm_liquid.admission.filter import Asked, _spec, field_of, spec_text  # as at submission
+
+        record = Record().with_fields(mode="server", asked=Asked.of_job(job).describe())
         try:
-            from slurm_liquid.admission.filter import _spec, field_of, spec_text  # as at submission
             from slurm_liquid.estimate.api import estimate
 
             script = "" if job.comment.strip().lower().startswith("liquid:") else self.client.batch_script(job.job_id)
@@ -312,10 +313,3 @@ def _stranded(job: Job, nodes: Mapping[str, Node]) -> bool:
     return any(name in nodes and not nodes[name].available for name in job.required_nodes)
 
 
-def _asked(job: Job) -> str:
-    if job.shards:
-        return f"shard:{job.shards}"
-    if not job.gpus:
-        return "none"
-    kind = f"gpu:{job.gpu_type}" if job.gpu_type else "gpu"
-    return f"{kind}:{job.gpus}" + (f"/{job.num_nodes}n" if job.num_nodes > 1 else "")

@@ -25,7 +25,8 @@ def test_failed_image_build_shows_the_failing_step(cluster: Cluster, tmp_path, m
 
 
 def test_a_node_that_never_comes_up_is_named_within_the_timeout(cluster: Cluster) -> None:
-    assert cluster.exec("slurmctld", "scontrol", "update", "NodeName=gpu04", "State=DOWN",
+    # DRAIN, not DOWN: with ReturnToService=2 a late registration of a just-started node undoes a DOWN.
+    assert cluster.exec("slurmctld", "scontrol", "update", "NodeName=gpu04", "State=DRAIN",
                         "Reason=test-never-up").returncode == 0
     try:
         proc = subprocess.run([sys.executable, str(SCRIPT), "--suite", cluster.suite, "wait", "--timeout", "6"],
@@ -33,7 +34,7 @@ def test_a_node_that_never_comes_up_is_named_within_the_timeout(cluster: Cluster
     finally:
         cluster.exec("slurmctld", "scontrol", "update", "NodeName=gpu04", "State=RESUME")
     assert proc.returncode == 1
-    assert "cluster: error: the cluster was not ready within 6 s (nodes not idle: gpu04=down" in proc.stderr
+    assert "cluster: error: the cluster was not ready within 6 s (nodes not idle: gpu04=drain" in proc.stderr
     assert "Last log lines of gpu04" in proc.stderr
 
 

@@ -139,3 +139,13 @@ def test_jobs_survive_a_slurmctld_restart_and_a_node_going_down(elastic_cluster:
         assert job.state == "COMPLETED", (job.job_id, job.state)
         assert run_log(cluster, job.job_id).count("done") == 1
     assert not [j for j in cluster.client.jobs(ids) if j.is_pending]
+
+
+def test_the_daemon_exports_prometheus_metrics(elastic_cluster: Cluster) -> None:
+    fetch = ("import urllib.request; "
+             "print(urllib.request.urlopen('http://127.0.0.1:9877/metrics', timeout=10).read().decode())")
+    proc = wait_for("the metrics endpoint", lambda: (lambda p: p if p.returncode == 0 else None)(
+        elastic_cluster.exec("slurmctld", "python3", "-c", fetch)), timeout=30)
+    for name in ("liquid_held_jobs", "liquid_placements_total", "liquid_resizes_total", "liquid_errors_total",
+                 "liquid_placement_pass_seconds_count", "liquid_elastic_slot_seconds_count", 'policy="dl2"'):
+        assert name in proc.stdout, name

@@ -355,3 +355,15 @@ def test_a_slurm_error_reading_jobs_is_not_swallowed() -> None:
 
     with pytest.raises(SlurmError):      # the daemon loop logs it; held jobs keep their leases
         run_pass(Down([], cluster()))
+
+
+def test_a_requeued_job_pinned_to_a_dead_node_is_placed_again() -> None:
+    pinned = replace(job(50, 2, admin=f"liquid/1 state=placed placed=gpu01:2 at={int(NOW - 999)}"),
+                     required_nodes=("gpu01",))
+    nodes = [replace(n, state="DOWN") if n.name == "gpu01" else n for n in cluster()]
+    client = FakeSlurm([pinned], nodes)
+    report = run_pass(client)
+    assert 50 in report.placed and "gpu01" not in placed_nodes(client.only(50))
+    # While its node is alive, a placed job waiting for Slurm is left alone.
+    client = FakeSlurm([pinned], cluster())
+    assert run_pass(client).placed == {} and client.of(50) == []
