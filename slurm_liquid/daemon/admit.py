@@ -73,6 +73,7 @@ class Admitter:
         self.topology = topology or client.topology()
         self.now = now
         self._records: dict[int, Record] = {}
+        self._stranded: set[int] = set()
 
     # ------------------------------------------------------------ one pass
 
@@ -83,8 +84,9 @@ class Admitter:
         state = self._free_state(nodes.values(), jobs)
         tagged = [(j, Tag.parse(j.admin_comment)) for j in jobs]
         # Held for placement; or placed earlier and requeued (node failure) onto a node that is gone now.
-        held = sorted((j for j, t in tagged if t and j.is_pending and (
-                          t.state == "held" or (t.state == "placed" and not j.held and _stranded(j, nodes)))),
+        self._stranded = {j.job_id for j, t in tagged if t and t.state == "placed" and j.is_pending
+                          and not j.held and _stranded(j, nodes)}
+        held = sorted((j for j, t in tagged if t and j.is_pending and (t.state == "held" or j.job_id in self._stranded)),
                       key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         for job, tag in tagged:
             if tag and tag.state == "held" and not job.is_pending and not job.is_finished:
@@ -104,7 +106,8 @@ class Admitter:
         requests: list[PlacementRequest] = []
         for job in held:
             age = self.now() - job.submit_time.timestamp() if job.submit_time else 0.0
-            if age >= cfg.max_hold_s:
+            # A stranded job is not held by us: handing it to Slurm unplaced would leave it pinned.
+            if age >= cfg.max_hold_s and job.job_id not in self._stranded:
                 self._start(job, None, f"not-placed-within-{int(cfg.max_hold_s)}s:-given-to-Slurm", report)
                 report.released.append(job.job_id)
             elif job.shards:
@@ -189,6 +192,8 @@ class Admitter:
     def _wait(self, job: Job, age: float, report: PassReport) -> None:
         cfg = self.config.daemon
         report.waiting.append(job.job_id)
+        if job.job_id in self._stranded:  # pinned to a dead node: no lease of ours to renew
+            return
         ends_in = job.eligible_time.timestamp() - self.now() if job.eligible_time else 0.0
         if ends_in < cfg.lease_s / 2:
             # The daemon's own release at max_hold_s must come before the lease runs out.

@@ -367,3 +367,13 @@ def test_a_requeued_job_pinned_to_a_dead_node_is_placed_again() -> None:
     # While its node is alive, a placed job waiting for Slurm is left alone.
     client = FakeSlurm([pinned], cluster())
     assert run_pass(client).placed == {} and client.of(50) == []
+
+
+def test_a_stranded_job_that_cannot_be_placed_is_neither_released_unplaced_nor_delayed() -> None:
+    pinned = replace(job(51, 16, age=MAX_HOLD + 50, lease_left=-100,
+                         admin=f"liquid/1 state=placed placed=gpu[01-04]:4 at={int(NOW - 999)}"),
+                     required_nodes=("gpu01", "gpu02", "gpu03", "gpu04"))
+    nodes = [replace(n, state="DOWN") if n.name == "gpu01" else n for n in cluster()]
+    client = FakeSlurm([pinned], nodes)
+    report = run_pass(client)
+    assert report.waiting == [51] and client.of(51) == []
