@@ -114,7 +114,7 @@ def is_liquid(script: str, comment: str) -> bool:
     return any(line.lstrip().upper().startswith("#LIQUID") for line in script.splitlines())
 
 
-def _spec(script: str, comment: str) -> JobSpec:
+def spec_from(script: str, comment: str) -> JobSpec:
     # The command-line --comment overrides an #SBATCH --comment, as sbatch itself does.
     from_comment = parse_comment(comment)
     return from_comment.merged(parse_script(script)) if from_comment.to_dict() else parse_script(script)
@@ -165,7 +165,7 @@ def decide(options: Mapping[str, str], script: str, config: Config) -> Answer:
     raw = comment.strip()[len("liquid:"):].strip() if comment.lower().startswith("liquid:") else ""
     record = Record(spec=raw).with_fields(mode=mode, asked=asked.describe())
     try:
-        spec = _spec(script, comment)
+        spec = spec_from(script, comment)
         record = Record(spec=spec_text(spec)).with_fields(**record.fields)
         from slurm_liquid.estimate.api import estimate  # after the cheap checks above
 

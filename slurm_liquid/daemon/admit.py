@@ -295,14 +295,14 @@ class Admitter:
             return record
         if job.job_id in self._records:
             return self._records[job.job_id]
-        from slurm_liquid.admission.filter import Asked, _spec, field_of, spec_text  # as at submission
+        from slurm_liquid.admission.filter import Asked, field_of, spec_from, spec_text  # as at submission
 
         record = Record().with_fields(mode="server", asked=Asked.of_job(job).describe())
         try:
             from slurm_liquid.estimate.api import estimate
 
             script = "" if job.comment.strip().lower().startswith("liquid:") else self.client.batch_script(job.job_id)
-            spec = _spec(script, job.comment)
+            spec = spec_from(script, job.comment)
             record = Record(spec=spec_text(spec)).with_fields(**record.fields)
             est = estimate(spec, gpu_type=job.gpu_type, site=self.config.estimate.site or None,
                            correction=self.config.estimate.correction or None)

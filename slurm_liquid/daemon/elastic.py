@@ -112,6 +112,7 @@ class Adjuster:
         self.resizer = Resizer(client, journal, self._checkpoint_time, now, sleep)
         self.placer = make_placer("liquid", topology)
         self._policy = None
+        self._speed: LiveSpeedModel | None = None   # refreshed every slot from the progress reports
 
     def _checkpoint_time(self, job: Job) -> float | None:
         report = self.progress(job) or {}
@@ -157,8 +158,6 @@ class Adjuster:
                              for n in nodes]
         report.seconds = time.monotonic() - started
         return report
-
-    _speed: LiveSpeedModel | None = None
 
     def _view(self, jobs: list[Job], nodes: list[Node], elastic: Mapping[int, ElasticJob]) -> tuple[ClusterView, dict]:
         now = self.now()
