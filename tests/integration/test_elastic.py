@@ -135,6 +135,9 @@ def test_jobs_survive_a_slurmctld_restart_and_a_node_going_down(elastic_cluster:
         done = wait_for("both jobs to finish", lambda: finished(cluster, ids), timeout=600, every=5)
     finally:
         cluster.exec("slurmctld", "scontrol", "update", f"NodeName={node}", "State=RESUME")
+        # A resumed node is NOT_RESPONDING until its slurmd answers again: leave it as the next test expects.
+        wait_for(f"{node} to be back", lambda: next(n.available for n in cluster.client.nodes() if n.name == node),
+                 timeout=120)
     for job in done:
         assert job.state == "COMPLETED", (job.job_id, job.state)
         assert run_log(cluster, job.job_id).count("done") == 1
