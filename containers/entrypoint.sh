@@ -3,7 +3,7 @@
 # Daemons run in the background with their logs in /var/log/slurm, so that a test may stop and
 # restart one of them without stopping the container; `cluster logs HOST` prints those logs.
 set -euo pipefail
-role=${1:?usage: entrypoint.sh mariadb|controller|node|daemon-start|daemon-stop}
+role=${1:?usage: entrypoint.sh mariadb|controller|node|daemon-start|daemon-stop|agent-start|agent-stop}
 log() { echo "entrypoint[$role]: $*"; }
 
 wait_port() {  # host port seconds
@@ -46,7 +46,28 @@ daemon_start() {  # extra arguments go to `slurm-liquid daemon` (e.g. --policy s
     done
 }
 
+# The node agent (what etc/systemd/slurm-liquid-agent.service does on a real GPU node). The stand-in
+# directory is where test jobs say what they pretend to use on the emulated GPUs.
+agent_start() {  # extra arguments go to `slurm-liquid agent`
+    if pgrep -f "slurm-liquid agent" >/dev/null; then return 0; fi
+    install -d -m 1777 /tmp/liquid-standin
+    install -d -m 755 /run/slurm-liquid-agent
+    setsid slurm-liquid agent "$@" >>/var/log/slurm/liquid-agent.out 2>&1 < /dev/null &
+    local deadline=$((SECONDS + 20))
+    until [ -d /run/slurm-liquid-agent/ended ]; do
+        if ((SECONDS > deadline)); then log "the slurm-liquid agent did not start in 20 s"; return 1; fi
+        sleep 0.2
+    done
+}
+
 case "$role" in
+agent-start)
+    shift
+    agent_start "$@"
+    ;;
+agent-stop)
+    pkill -TERM -f "slurm-liquid agent" || true
+    ;;
 daemon-start)
     shift
     daemon_start "$@"
@@ -69,8 +90,11 @@ node)
     # Emulated GPUs: character devices with NVIDIA's major number, enough for gres.conf File=.
     for i in 0 1 2 3; do [ -e /dev/nvidia$i ] || mknod /dev/nvidia$i c 195 $i; done
     slurmd
+    agent_start || true
     log ready
-    exec sleep infinity
+    # Not `exec`: this shell stays the parent of the agent and reaps it when it dies.
+    sleep infinity &
+    wait
     ;;
 controller)
     install_config

@@ -28,7 +28,19 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "submit-filter": ("slurm_liquid.admission.filter", "the helper cli_filter.lua runs in every sbatch"),
     "daemon": ("slurm_liquid.daemon.cli", "hold, place and release opted-in jobs (runs beside slurmctld)"),
     "explain": ("slurm_liquid.explain", "show a job's slurm-liquid record and the reasoning behind it"),
+    "agent": ("slurm_liquid.agent.cli", "measure what jobs use on this node (NVML) and record it in sacct"),
 }
+
+
+def log_to_file(path: str) -> None:
+    """Append INFO and above to `path` (the daemons' decisions); stderr keeps the -v level."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    for other in root.handlers:
+        other.setLevel(max(other.level, root.level))
+    root.addHandler(handler)
+    root.setLevel(min(root.level, logging.INFO))
 
 
 def build_parser() -> argparse.ArgumentParser:

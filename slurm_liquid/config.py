@@ -26,6 +26,7 @@ SUBMIT_MODES = ("off", "advise", "adjust")
 DAEMON_MODES = ("off", "shadow", "enforce")
 PLACERS = ("liquid", "ga", "auto")
 ELASTIC_POLICIES = ("dl2", "optimus", "drf", "static")
+AGENT_RECORDS = ("sacct", "log", "off")
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,30 @@ class ElasticConfig:
 class EstimateConfig:
     site: str = ""                     # GPU types and catalog additions
     correction: str = ""               # fitted correction model (JSON)
+    busy_util: float = 60.0            # % measured median GPU utilisation above which a model never shares a GPU
+    retrain_every_h: float = 0.0       # the daemon refits `correction` from sacct this often (0: never)
+    retrain_since_days: int = 90       # ... from the jobs of this many past days
+    retrain_allow_standin: bool = False   # learn from stand-in readings too (test clusters only)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The settings `estimate.api.estimate` takes, as every caller passes them."""
+        return {"site": self.site or None, "correction": self.correction or None, "busy_util": self.busy_util}
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """The node agent (`slurm-liquid agent`, root on every GPU node): what jobs really used."""
+
+    gpu_source: str = "nvml"           # nvml | none | standin:DIR (emulated GPUs in tests, labelled)
+    interval_s: float = 5.0
+    spool_dir: str = "/run/slurm-liquid-agent"       # the node epilog drops ended/<job id> here
+    state_file: str = "/var/lib/slurm-liquid/agent-meters.json"   # meters survive an agent restart
+    record: str = "sacct"              # sacct (AdminComment via sacctmgr) | log | off
+    order_wait_s: float = 20.0         # a multi-node job's agents record in node order, waiting this long
+    ended_wait_s: float = 120.0        # for the job's end to reach slurmdbd before recording
+    end_grace_s: float = 60.0          # without the epilog: a job gone this long is asked about
+    metrics_port: int = 0
+    log_file: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,7 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     path: str = ""
 
 
@@ -123,13 +149,12 @@ def parse(text: str, where: str = "liquid.toml") -> Config:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{where}: not valid TOML: {exc}") from None
-    unknown = set(raw) - {"submit", "daemon", "estimate", "elastic"}
+    sections = {f.name: f.default_factory for f in fields(Config) if f.name != "path"}
+    unknown = set(raw) - set(sections)
     if unknown:
-        raise UsageError(f"{where}: unknown section [{sorted(unknown)[0]}]; sections are submit, daemon, estimate, elastic")
-    config = Config(_section(SubmitConfig, raw.get("submit"), "submit", where),
-                    _section(DaemonConfig, raw.get("daemon"), "daemon", where),
-                    _section(EstimateConfig, raw.get("estimate"), "estimate", where),
-                    _section(ElasticConfig, raw.get("elastic"), "elastic", where), where)
+        raise UsageError(f"{where}: unknown section [{sorted(unknown)[0]}]; sections are {', '.join(sections)}")
+    config = Config(**{name: _section(cls, raw.get(name), name, where) for name, cls in sections.items()},
+                    path=where)
     return validate(config)
 
 
@@ -140,6 +165,12 @@ def validate(config: Config) -> Config:
     _choice(config.daemon.mode, DAEMON_MODES, "[daemon] mode", where)
     _choice(config.daemon.placer, PLACERS, "[daemon] placer", where)
     _choice(config.elastic.policy, ELASTIC_POLICIES, "[elastic] policy", where)
+    _choice(config.agent.record, AGENT_RECORDS, "[agent] record", where)
+    source = config.agent.gpu_source
+    if source not in ("nvml", "none") and not (source.startswith("standin:") and len(source) > 8):
+        raise UsageError(f"{where}: [agent] gpu_source = {source!r}; choose nvml, none or standin:DIR")
+    if config.agent.interval_s < 0.1:
+        raise UsageError(f"{where}: [agent] interval_s must be at least 0.1")
     d = config.daemon
     if d.lease_s < 2 * max(d.poll_s, d.heartbeat_s) or d.stale_after_s <= d.heartbeat_s:
         raise UsageError(f"{where}: [daemon] needs lease_s >= 2 x poll_s and heartbeat_s (renewals come in "

@@ -46,8 +46,7 @@ def explain(job, config) -> dict:
         from slurm_liquid.jobspec import parse_directives
 
         try:
-            est = estimate(parse_directives(record.spec), gpu_type=job.gpu_type,
-                           site=config.estimate.site or None, correction=config.estimate.correction or None)
+            est = estimate(parse_directives(record.spec), gpu_type=job.gpu_type, **config.estimate.kwargs())
             out["estimate"] = est.to_json()
             out["explanation"] = est.explanation()
         except LiquidError as exc:

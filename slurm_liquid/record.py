@@ -112,3 +112,86 @@ def with_tag(admin_comment: str, tag: Tag) -> str:
     kept = [s.strip() for s in (admin_comment or "").split(";")
             if s.strip() and not (Record.parse(s.strip()) and "state=" in s)]
     return "; ".join([tag.render(), *kept])[:COMMENT_LIMIT]
+
+
+USAGE_VERSION = "liquid-used/1"
+# by= the source of the GPU readings, least trusted first: a merge of nodes keeps the weakest
+USAGE_SOURCES = ("standin", "none", "nvml", "nvml-acct")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a job really used, measured by the node agents, in AdminComment beside the tag.
+
+    ``liquid-used/1 by=nvml gpus=2 peak=31200 util=87 host=12000 cpu=3.5 shared=0 secs=3600 n=720 nodes=gpu01``
+
+    peak: MiB per GPU, the largest over the job's GPUs (a GPU the job held alone counts all its used
+    memory, what the card lost; a shared GPU counts the job's own processes). util: mean GPU
+    utilisation (%) over samples, weighted by GPUs. host: peak host memory (MiB) on the busiest node.
+    cpu: mean CPUs busy on the busiest node. One segment per job: each node's agent merges its part in.
+    """
+
+    by: str
+    gpus: int
+    peak_mib: int
+    util: float | None               # None: no utilisation reading at all (written `util=-`)
+    host_mib: int = 0
+    cpus: float = 0.0
+    shared: bool = False
+    seconds: int = 0
+    samples: int = 0
+    nodes: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        import hostlist
+
+        return " ".join([USAGE_VERSION, f"by={_clean(self.by)}", f"gpus={self.gpus}", f"peak={self.peak_mib}",
+                         f"util={'-' if self.util is None else f'{self.util:.0f}'}", f"host={self.host_mib}", f"cpu={self.cpus:.1f}",
+                         f"shared={int(self.shared)}", f"secs={self.seconds}", f"n={self.samples}",
+                         f"nodes={hostlist.collect_hostlist(list(self.nodes))}"])
+
+    @classmethod
+    def parse(cls, text: str) -> "Usage | None":
+        """The usage segment of an AdminComment, or None (absent or malformed: never half-trusted)."""
+        for segment in (text or "").split(";"):
+            words = segment.split()
+            if not words or words[0] != USAGE_VERSION:
+                continue
+            values = dict(w.partition("=")[::2] for w in words[1:])
+            try:
+                import hostlist
+
+                return cls(by=values["by"], gpus=int(values["gpus"]), peak_mib=int(values["peak"]),
+                           util=None if values["util"] == "-" else float(values["util"]), host_mib=int(values.get("host", 0)),
+                           cpus=float(values.get("cpu", 0)), shared=values.get("shared") == "1",
+                           seconds=int(values.get("secs", 0)), samples=int(values.get("n", 0)),
+                           nodes=tuple(hostlist.expand_hostlist(values.get("nodes", ""))))
+            except (KeyError, ValueError, hostlist.BadHostlist):
+                return None
+        return None
+
+    def merged(self, other: "Usage") -> "Usage":
+        """Two nodes' parts of one job."""
+        known = [(u.util, u.gpus) for u in (self, other) if u.util is not None]
+        weight = sum(g for _, g in known)
+        util = (sum(v * g for v, g in known) / weight if weight else max(v for v, _ in known)) if known else None
+        by = min(self.by, other.by, key=lambda s: USAGE_SOURCES.index(s) if s in USAGE_SOURCES else -1)
+        return Usage(by=by, gpus=self.gpus + other.gpus, peak_mib=max(self.peak_mib, other.peak_mib), util=util,
+                     host_mib=max(self.host_mib, other.host_mib), cpus=max(self.cpus, other.cpus),
+                     shared=self.shared or other.shared, seconds=max(self.seconds, other.seconds),
+                     samples=self.samples + other.samples,
+                     nodes=tuple(sorted(set(self.nodes) | set(other.nodes))))
+
+
+def with_usage(admin_comment: str, usage: Usage) -> str:
+    """The AdminComment with this node's usage merged into the job's usage segment (tag and others kept)."""
+    segments = [s.strip() for s in (admin_comment or "").split(";") if s.strip()]
+    current = Usage.parse(admin_comment)
+    if current is None or set(current.nodes) == set(usage.nodes):
+        merged = usage               # first node, or the same node(s) again: the newer reading wins
+    elif set(usage.nodes) <= set(current.nodes):
+        merged = current             # already counted (a retried write): aggregates cannot be subtracted
+    else:
+        merged = current.merged(usage)
+    kept = [s for s in segments if s.split()[0] != USAGE_VERSION]
+    return "; ".join([*kept, merged.render()])[:COMMENT_LIMIT]

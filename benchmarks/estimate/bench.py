@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
 from slurm_liquid.estimate.catalog import load_catalog  # noqa: E402
-from slurm_liquid.estimate.correction import features, fit  # noqa: E402
+from slurm_liquid.estimate.learn import estimated_mib, fit_records  # noqa: E402
 from slurm_liquid.estimate.history import Record, read_history  # noqa: E402
 
 GROUPS = {"cnn": "CNN", "vit": "CNN", "detection": "CNN", "encoder": "transformer",
@@ -48,9 +48,7 @@ def out_of_sample(records: list[Record], method: str) -> list[float]:
     estimates = []
     for held in records:
         train = [r for r in records if key(r) != key(held)]
-        model = fit([features(r.entry, r.spec, r.prior) for r in train], [r.log_ratio for r in train],
-                    method, QUANTILE)
-        estimates.append(held.prior_mib * model.factor(held.entry, held.spec, held.prior))
+        estimates.append(estimated_mib(held, fit_records(train, method, QUANTILE)))
     return estimates
 
 
@@ -151,8 +149,7 @@ def main() -> int:
     every = [r for name, records in datasets.items() if name != "pooled" for r in records]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "correction.json"
-        fit([features(r.entry, r.spec, r.prior) for r in every], [r.log_ratio for r in every],
-            "rf", QUANTILE).save(path)
+        fit_records(every, "rf", QUANTILE).save(path)
         lines += ["", "## Whole-process time (this machine, 15 runs each)", ""]
         lines += timing_table(path)
         lines += ["", f"Correction file size: {path.stat().st_size / 1024:.0f} KiB (rf, 100 trees)."]

@@ -169,8 +169,7 @@ def decide(options: Mapping[str, str], script: str, config: Config) -> Answer:
         record = Record(spec=spec_text(spec)).with_fields(**record.fields)
         from slurm_liquid.estimate.api import estimate  # after the cheap checks above
 
-        est = estimate(spec, gpu_type=asked.gpu_type, site=config.estimate.site or None,
-                       correction=config.estimate.correction or None)
+        est = estimate(spec, gpu_type=asked.gpu_type, **config.estimate.kwargs())
     except LiquidError as exc:
         answer.says.append(f"slurm-liquid: {exc}; the job is submitted as asked")
         answer.sets["comment"] = record.with_fields(err=field_of(exc)).render()

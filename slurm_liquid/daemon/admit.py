@@ -304,8 +304,7 @@ class Admitter:
             script = "" if job.comment.strip().lower().startswith("liquid:") else self.client.batch_script(job.job_id)
             spec = spec_from(script, job.comment)
             record = Record(spec=spec_text(spec)).with_fields(**record.fields)
-            est = estimate(spec, gpu_type=job.gpu_type, site=self.config.estimate.site or None,
-                           correction=self.config.estimate.correction or None)
+            est = estimate(spec, gpu_type=job.gpu_type, **self.config.estimate.kwargs())
             record = record.with_fields(est=est.summary())
         except (LiquidError, SlurmError) as exc:
             record = record.with_fields(err=field_of(exc))

@@ -19,6 +19,7 @@ from slurm_liquid.daemon.admit import Admitter, PassReport
 from slurm_liquid.daemon.elastic import Adjuster, SlotReport
 from slurm_liquid.daemon.journal import Journal
 from slurm_liquid.daemon.metrics import Metrics
+from slurm_liquid.daemon.retrain import Retrainer
 from slurm_liquid.daemon.spool import Spool
 from slurm_liquid.errors import LiquidError
 
@@ -45,15 +46,11 @@ def run(args: argparse.Namespace) -> int:
     config = config_module.with_overrides(config_module.load(args.config), mode=args.mode, poll_s=args.poll)
     config = config_module.with_overrides(config, "elastic", policy=args.policy)
     cfg = config.daemon
-    if args.log_file or cfg.log_file:
-        handler = logging.FileHandler(args.log_file or cfg.log_file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        root = logging.getLogger()
-        for other in root.handlers:  # stderr keeps the -v level; the file gets every decision
-            other.setLevel(max(other.level, root.level))
-        root.addHandler(handler)
-        root.setLevel(min(root.level, logging.INFO))
+    from slurm_liquid.cli import log_to_file
     from slurm_liquid.slurm import connect
+
+    if args.log_file or cfg.log_file:
+        log_to_file(args.log_file or cfg.log_file)
 
     client = connect("auto")
     admitter = Admitter(client, config)
@@ -65,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         _slot(adjuster, metrics)   # reconciles first: nothing stays requeue-held
         _pass(admitter, metrics)
         return 0
+    retrainer = Retrainer(config.estimate)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     log.info("daemon: %s mode, placer %s, elastic policy %s every %.0f s, spool %s", cfg.mode, cfg.placer,
@@ -81,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             events = spool.wait(max(wake_at - now, 0)) if not args.no_events else _sleep(wake_at - now)
             if events:
                 events |= spool.drain(cfg.batch_window_s)
+            retrainer.tick()
             if cfg.mode == "off":
                 continue
             if time.monotonic() >= next_slot:

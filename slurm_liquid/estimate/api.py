@@ -8,7 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from slurm_liquid.estimate.catalog import ModelEntry, load_catalog
-from slurm_liquid.estimate.decide import Decision, decide
+from slurm_liquid.estimate.decide import BUSY_UTIL, Decision, decide
 from slurm_liquid.estimate.gpus import GpuType, load_gpu_table
 from slurm_liquid.estimate.prior import CONTEXT_MIB, MIB, Breakdown, breakdown, resolve_entry
 from slurm_liquid.errors import UsageError
@@ -44,7 +44,8 @@ class Estimate:
             return why + f"; fits {d.shards}/{d.shards_per_gpu} of one {self.gpu.name} ({d.card_mib} MiB): shared GPU"
         shard = f", sharded with {d.sharding}" if d.sharding != "none" else ""
         auto = " (model states alone exceed one card)" if d.auto_sharded else ""
-        return why + f"; smallest fit: {d.gpus} x {self.gpu.name} ({d.card_mib} MiB){shard}{auto}"
+        whole = "".join(f"; whole GPU: {note}" for note in d.notes)
+        return why + f"; smallest fit: {d.gpus} x {self.gpu.name} ({d.card_mib} MiB){shard}{auto}{whole}"
 
     def summary(self) -> str:
         """One word for records: `2xh100-80gb:66G` or, for a GPU share, `3/16shard:h100-80gb:15G`."""
@@ -65,15 +66,25 @@ class Estimate:
             "correction_factor": round(self.factor, 3),
             "correction": self.correction_meta.get("method", "none"),
             "asked_gpus": self.spec.gpus, "explanation": self.explanation(),
-            "notes": list(self.spec.notes),
+            "notes": [*self.spec.notes, *self.decision.notes],
         }
 
 
 CORRECTION_ENV = "SLURM_LIQUID_CORRECTION"
 
 
-@lru_cache(maxsize=4)
 def _load_correction(path: str) -> Any:
+    # Keyed on the file's identity too: a long-running caller (the daemon) picks up a model that
+    # `estimate train --install` replaced under it.
+    try:
+        stat = os.stat(path)
+        return _load_cached(path, stat.st_mtime_ns, stat.st_size, stat.st_ino)
+    except OSError:
+        return _load_cached(path, 0, 0, 0)  # load() says why it cannot read it
+
+
+@lru_cache(maxsize=4)
+def _load_cached(path: str, mtime_ns: int, size: int, inode: int) -> Any:
     from slurm_liquid.estimate import correction  # only when a fitted model is configured
 
     return correction.load(path)
@@ -86,9 +97,10 @@ def correction_path(explicit: str | None) -> str | None:
 
 
 def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None,
-             correction: str | None = None) -> Estimate:
+             correction: str | None = None, busy_util: float = BUSY_UTIL) -> Estimate:
     """Estimate what `spec` needs. Raises UsageError for bad input (never anything else on
-    well-formed files)."""
+    well-formed files). A one-GPU job small enough to share a card gets a whole one when the
+    fitted model's sharing table measured its model at >= `busy_util`% GPU utilisation."""
     site = site or os.environ.get(SITE_ENV) or None
     catalog = load_catalog(site)
     table = load_gpu_table(site)
@@ -104,7 +116,8 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
         prior = breakdown(entry, spec, n, sharding, context)
         return prior.scaled(fitted.factor(entry, spec, prior)) if fitted else prior
 
-    decision = decide(entry, spec, gpu, table, need)
+    measured = fitted.sharing.get(entry.name) if fitted else None
+    decision = decide(entry, spec, gpu, table, need, measured, busy_util)
     prior = breakdown(entry, spec, decision.gpus, decision.sharding, context)
     factor = fitted.factor(entry, spec, prior) if fitted else 1.0
     return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {}, table.nodes)

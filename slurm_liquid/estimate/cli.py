@@ -4,6 +4,7 @@
     slurm-liquid estimate --model resnet50 --batch-size 256 --precision amp --json
     slurm-liquid estimate --script job.sbatch --gpu-type a100-40gb
     slurm-liquid estimate train --history history.csv --out correction.json
+    slurm-liquid estimate train --from-sacct --since 30d --install /etc/slurm/liquid-correction.json
     slurm-liquid estimate profile --models resnet50,bert-base --batch-sizes 32,64 --out runs.csv
 """
 
@@ -12,9 +13,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.jobspec import JobSpec, add_arguments as add_spec_arguments, parse_comment, parse_script
+
+if TYPE_CHECKING:  # the submit path imports none of the training code
+    from slurm_liquid.estimate.catalog import Catalog
+    from slurm_liquid.estimate.history import Record
+    from slurm_liquid.estimate.learn import Report
 
 
 def _list(text: str) -> list[str]:
@@ -31,12 +39,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_spec_arguments(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
-    train = sub.add_parser("train", help="fit the learned correction from history records")
-    train.add_argument("--history", action="append", required=True, metavar="FILE",
+    train = sub.add_parser("train", help="fit the learned correction from history records or "
+                           "from what finished jobs used (sacct)")
+    train.add_argument("--history", action="append", metavar="FILE",
                        help="CSV/JSONL history (repeatable)")
-    train.add_argument("--out", default="correction.json", metavar="FILE", help="where to save it")
+    train.add_argument("--from-sacct", action="store_true",
+                       help="join finished jobs' records (Comment) with the agents' measurements "
+                       "(AdminComment), score against the current model, report")
+    train.add_argument("--since", default="30d", help="with --from-sacct: jobs since YYYY-MM-DD or N days (30d)")
+    train.add_argument("--install", metavar="PATH", help="with --from-sacct: install at PATH if the new "
+                       "model is better than the one there (kept as PATH.prev)")
+    train.add_argument("--allow-standin", action="store_true",
+                       help="with --from-sacct: also learn from stand-in (simulated) readings")
+    train.add_argument("--holdout", type=float, default=0.25, help="share of jobs held out to score (0.25)")
+    train.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the learner")
+    train.add_argument("--out", metavar="FILE", help="where to save it (default correction.json "
+                       "with --history alone; with --from-sacct saved whether better or not)")
     train.add_argument("--method", choices=("rf", "gbr"), default="rf")
     train.add_argument("--quantile", type=float, default=0.9, help="upper quantile to report (0.5-0.99)")
+    # also after `train`; SUPPRESS keeps a --json given before `train`
+    train.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
     prof = sub.add_parser("profile", help="train a few steps with PyTorch and record peak memory")
     prof.add_argument("--models", dest="profile_models", required=True, type=_list, metavar="A,B")
     prof.add_argument("--batch-sizes", dest="profile_batches", required=True, type=_list, metavar="N,M")
@@ -110,25 +132,103 @@ def _text(out: dict) -> str:
     return "\n".join(lines)
 
 
+def since_date(text: str, now: datetime | None = None) -> datetime:
+    """`2026-11-01` or `30d` (days before now)."""
+    text = text.strip()
+    if text[:-1].isdigit() and text[-1:].lower() == "d":
+        return (now or datetime.now()) - timedelta(days=int(text[:-1]))
+    try:
+        return datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise UsageError(f"since: {text!r} is neither YYYY-MM-DD nor a number of days like 30d") from None
+
+
 def _run_train(args: argparse.Namespace) -> int:
+    import os
+    from dataclasses import replace
+    from pathlib import Path
+
+    from slurm_liquid.estimate import learn
     from slurm_liquid.estimate.api import SITE_ENV
     from slurm_liquid.estimate.catalog import load_catalog
-    from slurm_liquid.estimate.correction import features, fit
     from slurm_liquid.estimate.history import read_history
-    import os
 
+    if not (args.history or args.from_sacct):
+        raise UsageError("train: give --history FILE (measured rows) or --from-sacct (finished jobs)")
     if not 0.5 <= args.quantile < 1.0:
         raise UsageError(f"quantile: {args.quantile} is outside 0.5..0.99")
     catalog = load_catalog(args.site or os.environ.get(SITE_ENV) or None)
-    records = [r for path in args.history for r in read_history(path, catalog)]
-    x = [features(r.entry, r.spec, r.prior) for r in records]
-    y = [r.log_ratio for r in records]
-    model = fit(x, y, args.method, args.quantile, meta={"history": [str(p) for p in args.history]})
+    records = [r for path in args.history or () for r in read_history(path, catalog)]
+    if args.from_sacct:
+        return _train_from_sacct(args, catalog, records)
+    if args.install:
+        raise UsageError("install: only with --from-sacct (it installs only a model that scores better)")
+    out = args.out or "correction.json"
+    model = learn.fit_records(records, args.method, args.quantile, args.seed,
+                              meta={"history": [str(p) for p in args.history]})
+    model = replace(model, sharing=learn.sharing_table(records))  # from a `util` column, if any
+    model.save(Path(out))
+    print(f"trained {args.method} on {len(records)} rows -> {out}", file=sys.stderr)
+    return 0
+
+
+def _train_from_sacct(args: argparse.Namespace, catalog: Catalog, extra_rows: list[Record]) -> int:
     from pathlib import Path
 
-    model.save(Path(args.out))
-    print(f"trained {args.method} on {len(records)} rows -> {args.out}", file=sys.stderr)
+    from slurm_liquid.estimate import learn
+    from slurm_liquid.estimate.correction import load
+    from slurm_liquid.slurm import connect
+
+    since = since_date(args.since)
+    jobs = connect().accounting(since=since)
+    records, skipped = learn.history_from_jobs(jobs, catalog, args.allow_standin)
+    current, current_note = None, ""
+    if args.install and Path(args.install).exists():
+        try:
+            current = load(args.install)
+        except UsageError as exc:  # e.g. from an older slurm-liquid: score against the prior instead
+            current_note = f"current model unreadable, compared with the prior alone: {exc}"
+    try:
+        report = learn.retrain(records + extra_rows, current, args.holdout, args.seed, args.method,
+                               args.quantile, meta={"source": f"sacct since {since:%Y-%m-%d}",
+                                                    "history": [str(p) for p in args.history or ()]})
+    except UsageError as exc:
+        raise UsageError(f"sacct since {since:%Y-%m-%d}: {exc} ({len(jobs)} jobs; skipped: "
+                         f"{_counts(skipped) or 'none'})") from None
+    outcome: dict[str, object] = {"installed": False, "path": args.install, "backup": None}
+    if args.out:
+        report.model.save(Path(args.out))
+    if args.install and report.better:
+        backup = learn.install(report.model, args.install)
+        outcome.update(installed=True, backup=str(backup) if backup else None)
+    if getattr(args, "json", False):
+        print(json.dumps({**report.to_json(), "jobs": len(jobs), "skipped": skipped, **outcome,
+                          "note": current_note or None}))
+        return 0
+    print(_report_text(report, len(jobs), skipped))
+    if current_note:
+        print(current_note)
+    if args.install:
+        if outcome["installed"]:
+            kept = f" (previous kept as {outcome['backup']})" if outcome["backup"] else ""
+            print(f"installed the new model at {args.install}{kept}: {report.verdict}")
+        else:
+            print(f"kept the current model{'' if current else ' (the prior alone)'}: {report.verdict}")
     return 0
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{reason} {n}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _report_text(report: Report, jobs: int, skipped: dict[str, int]) -> str:
+    rows = [("prior alone", report.prior), ("current model", report.current), ("new model", report.new)]
+    lines = [f"{jobs} jobs from sacct, {report.rows} usable: trained on {report.train_rows}, "
+             f"scored on {report.new.rows} held out",
+             f"  {'':16s} {'mean rel. error':>15s} {'under-estimates':>16s}"]
+    lines += [f"  {name:16s} {s.mre:>15.1%} {s.under:>16.0%}" for name, s in rows if s is not None]
+    lines.append(f"skipped: {_counts(skipped) or 'none'}")
+    return "\n".join(lines)
 
 
 def _run_profile(args: argparse.Namespace) -> int:

@@ -8,6 +8,10 @@ Python, so the submit path stays fast. Two methods, compared by the benchmark:
 - `rf`: random forest of the mean log-ratio + a split-conformal margin (the `quantile` of
   out-of-bag residuals), so that about (1 - quantile) of jobs are under-estimated;
 - `gbr`: gradient boosting with the quantile (pinball) loss at `quantile`.
+
+The file may also carry a `sharing` table (model name -> jobs, median GPU utilisation %, median
+peak MiB per GPU) measured by the node agents; `decide` gives a busy model a whole GPU instead
+of a share. It is optional: files without it load as before, and older readers ignore it.
 """
 
 from __future__ import annotations
@@ -15,13 +19,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.estimate.catalog import FAMILIES, ModelEntry
+from slurm_liquid.estimate.decide import ModelUsage
 from slurm_liquid.estimate.prior import OPTIMIZER_STATES, Breakdown
 from slurm_liquid.jobspec import JobSpec
 
@@ -73,6 +78,7 @@ class Correction:
     margin: float
     trees: tuple[Tree, ...]
     meta: dict[str, Any]
+    sharing: Mapping[str, ModelUsage] = field(default_factory=dict)
 
     def log_ratio(self, x: Sequence[float]) -> float:
         raw = self.base + self.scale * sum(t.predict(x) for t in self.trees) + self.margin
@@ -85,7 +91,9 @@ class Correction:
         return {"format": FORMAT, "version": VERSION, "features": list(FEATURES), "base": self.base,
                 "scale": self.scale, "margin": self.margin, "meta": self.meta,
                 "trees": [{"feature": t.feature, "threshold": t.threshold, "left": t.left,
-                           "right": t.right, "value": t.value} for t in self.trees]}
+                           "right": t.right, "value": t.value} for t in self.trees],
+                **({"sharing": {name: {"jobs": u.jobs, "util": u.util, "peak_mib": u.peak_mib}
+                                for name, u in sorted(self.sharing.items())}} if self.sharing else {})}
 
     def save(self, path: Path) -> None:
         tmp = path.with_name(path.name + ".tmp")
@@ -108,11 +116,38 @@ def load(path: str | Path) -> Correction:
         raise UsageError(f"{where}: version/features differ from this slurm-liquid; retrain it "
                          "with `slurm-liquid estimate train`")
     try:
+        sharing = _sharing(doc.get("sharing", {}))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"{where}: malformed sharing data: {exc}") from None
+    try:
         trees = tuple(_tree(t, len(FEATURES)) for t in doc["trees"])
-        return Correction(base=float(doc["base"]), scale=float(doc["scale"]),
-                          margin=float(doc["margin"]), trees=trees, meta=dict(doc.get("meta", {})))
+        return Correction(base=float(doc["base"]), scale=float(doc["scale"]), margin=float(doc["margin"]),
+                          trees=trees, meta=dict(doc.get("meta", {})), sharing=sharing)
     except (KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{where}: malformed tree data: {exc}") from None
+
+
+def _number(value: Any, what: str, low: float, high: float = math.inf) -> float:
+    # bool is an int in Python; `true` is no count of jobs
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        raise ValueError(f"{what} must be a number in {low:g}..{high:g}, not {value!r}")
+    return float(value)
+
+
+def _sharing(data: Any) -> dict[str, ModelUsage]:
+    if not isinstance(data, dict):
+        raise TypeError("sharing must be an object of model name -> {jobs, util, peak_mib}")
+    table = {}
+    for name, row in data.items():
+        if not isinstance(row, dict) or not {"jobs", "util", "peak_mib"} <= row.keys():
+            raise ValueError(f"{name}: must be an object with jobs, util and peak_mib")
+        jobs = _number(row["jobs"], f"{name}: jobs", 1)
+        if jobs != int(jobs):
+            raise ValueError(f"{name}: jobs must be a whole number, not {row['jobs']!r}")
+        table[str(name)] = ModelUsage(int(jobs), _number(row["util"], f"{name}: util", 0, 100),
+                                      _number(row["peak_mib"], f"{name}: peak_mib", 0))
+    return table
 
 
 def _tree(data: dict[str, Any], n_features: int) -> Tree:

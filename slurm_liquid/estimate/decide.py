@@ -7,7 +7,10 @@
   bandwidth (NVLink inside a node, the network across nodes); `max_efficient_gpus` is the widest
   count (up to max-gpus) whose efficiency stays at or above MIN_EFFICIENCY, for elastic jobs.
 - Fine-grained sharing: a one-GPU job that needs at most SHARE_LIMIT of a card gets `shard:K`
-  GRES out of the site's shards per GPU (gres.conf `Name=shard Count=` over the node's GPUs; 16).
+  GRES out of the site's shards per GPU (gres.conf `Name=shard Count=` over the node's GPUs; 16),
+  unless the node agents measured that model busy (median GPU utilisation >= BUSY_UTIL over at
+  least MIN_EVIDENCE jobs, from the fitted correction's sharing table): a busy job on a shared card
+  slows its neighbours and itself, so it gets a whole GPU.
 - CPUs and host memory per GPU by family (input pipelines differ), see CPUS_PER_GPU, capped at a
   GPU's share of a node when the site file gives `cpus_per_node` / `mem_mib_per_node`.
 """
@@ -32,6 +35,17 @@ CPUS_PER_GPU = {"cnn": 8, "vit": 8, "detection": 8, "rnn": 6, "recsys": 4,
 HOST_BASE_MIB = 4096
 HOST_PER_CPU_MIB = 1024        # a data-loader worker each
 MAX_WIDTH = 4096
+BUSY_UTIL = 60.0               # % median GPU utilisation at or above which a job is too busy to share
+MIN_EVIDENCE = 3               # jobs measured before their utilisation overrides the memory rule
+
+
+@dataclass(frozen=True)
+class ModelUsage:
+    """What the node agents measured for one model over past jobs (median per job)."""
+
+    jobs: int
+    util: float                # % GPU utilisation
+    peak_mib: float            # peak used MiB per GPU
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,7 @@ class Decision:
     efficiency: float
     max_efficient_gpus: int
     shards_per_gpu: int = 16
+    notes: tuple[str, ...] = ()
 
 
 def flops_per_sample(entry: ModelEntry, spec: JobSpec) -> float:
@@ -82,9 +97,21 @@ def _widths(per_node: int, low: int, high: int) -> list[int]:
     return one_node + nodes if one_node or nodes else [low]
 
 
+def too_busy(measured: ModelUsage | None, busy_util: float = BUSY_UTIL,
+             min_jobs: int = MIN_EVIDENCE) -> str | None:
+    """Why a job should not share a GPU per measured utilisation, or None (too little evidence
+    or a quiet model)."""
+    if measured is None or measured.jobs < min_jobs or measured.util < busy_util:
+        return None
+    return (f"measured median GPU utilisation {measured.util:.0f}% over {measured.jobs} jobs: "
+            "too busy to share")
+
+
 def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
-           need: Callable[[int, str], Breakdown]) -> Decision:
-    """`need(n, sharding)` is the (corrected) per-GPU breakdown on n GPUs."""
+           need: Callable[[int, str], Breakdown], measured: ModelUsage | None = None,
+           busy_util: float = BUSY_UTIL, min_jobs: int = MIN_EVIDENCE) -> Decision:
+    """`need(n, sharding)` is the (corrected) per-GPU breakdown on n GPUs; `measured` what past
+    jobs of this model used (None: no evidence, memory alone decides sharing)."""
     usable = gpu.mem_mib * (1 - table.headroom) * MIB
     sharding = spec.sharding or "none"
     low = spec.min_gpus or 1
@@ -103,9 +130,14 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     nodes = max(1, math.ceil(chosen / table.gpus_per_node))
     per_node = math.ceil(chosen / nodes)
     shards = 0
+    notes: tuple[str, ...] = ()
     # An elastic job grows by whole GPUs: it never starts on a share of one.
     if chosen == 1 and fits and not spec.elastic and need_mib <= SHARE_LIMIT * gpu.mem_mib:
-        shards = max(1, math.ceil(need_mib / (gpu.mem_mib / table.shards_per_gpu)))
+        busy = too_busy(measured, busy_util, min_jobs)
+        if busy:
+            notes = (busy,)
+        else:
+            shards = max(1, math.ceil(need_mib / (gpu.mem_mib / table.shards_per_gpu)))
     gres = f"shard:{shards}" if shards else f"gpu:{gpu.gres_type}:{per_node}"
     cpus = CPUS_PER_GPU.get(entry.family, 4)
     if shards:
@@ -125,4 +157,4 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
                     card_mib=gpu.mem_mib, shards=shards, gres=gres, cpus_per_gpu=cpus,
                     host_mem_mib_per_gpu=int(math.ceil(host)),
                     efficiency=round(efficiency(entry, spec, chosen, gpu, table), 3),
-                    max_efficient_gpus=widest, shards_per_gpu=table.shards_per_gpu)
+                    max_efficient_gpus=widest, shards_per_gpu=table.shards_per_gpu, notes=notes)

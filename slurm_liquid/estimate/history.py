@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -37,10 +36,6 @@ class Record:
     @property
     def prior_mib(self) -> float:
         return self.prior.for_measure(self.measure) / 2 ** 20
-
-    @property
-    def log_ratio(self) -> float:
-        return math.log(self.measured_mib / self.prior_mib)
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:

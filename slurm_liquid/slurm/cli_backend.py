@@ -202,3 +202,11 @@ class CliBackend:
         if len(comment) > COMMENT_LIMIT:
             raise SlurmError(f"comment of job {job_id} has {len(comment)} characters; Slurm takes at most {COMMENT_LIMIT}")
         self.update_job(job_id, Comment=comment)
+
+    def set_recorded_admin_comment(self, job_id: int, admin_comment: str) -> None:
+        """AdminComment of a job in accounting (`sacctmgr modify job`): works after the job ended,
+        when `scontrol update` refuses ("Job has already finished"). Operators and root only."""
+        if len(admin_comment) > COMMENT_LIMIT or "\n" in admin_comment:
+            raise SlurmError(f"admin comment of job {job_id}: one line of at most {COMMENT_LIMIT} characters")
+        self._run("sacctmgr", "--immediate", "modify", "job", "where", f"jobid={int(job_id)}",
+                  "set", f"AdminComment={admin_comment}")

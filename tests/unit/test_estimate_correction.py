@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -78,3 +79,45 @@ def test_too_little_history():
     with pytest.raises(UsageError, match="at least 5"):
         corr.fit([[0.0] * len(corr.FEATURES)] * 3, [0.1, 0.2, 0.3])
     assert math.isfinite(corr.LOG_RATIO_BOUNDS[0])
+
+
+# --- the optional sharing table (measured utilisation per model) ------------------------------
+
+def _flat(sharing=None):
+    tree = corr.Tree((0,), (0.0,), (-1,), (-1,), (0.1,))
+    return corr.Correction(0.0, 1.0, 0.0, (tree,), {"method": "rf"}, sharing or {})
+
+
+def test_sharing_round_trips_and_is_optional(tmp_path):
+    from slurm_liquid.estimate.decide import ModelUsage
+
+    path = tmp_path / "c.json"
+    table = {"resnet18": ModelUsage(5, 85.0, 1700.0), "gpt2": ModelUsage(3, 40.5, 9000.0)}
+    _flat(table).save(path)
+    loaded = corr.load(path)
+    assert dict(loaded.sharing) == table and loaded.trees == _flat().trees
+    assert json.loads(path.read_text())["version"] == 1
+    # a file from before the sharing table (no key) still loads, with no evidence
+    _flat().save(path)
+    assert "sharing" not in json.loads(path.read_text()) and corr.load(path).sharing == {}
+
+
+@pytest.mark.parametrize("sharing, match", [
+    ([], "sharing must be an object"),
+    ({"resnet18": [5, 85, 1700]}, "resnet18: must be an object"),
+    ({"resnet18": {"jobs": 5, "util": 85}}, "resnet18: must be an object with jobs, util and peak_mib"),
+    ({"resnet18": {"jobs": 0, "util": 85, "peak_mib": 1700}}, "resnet18: jobs"),
+    ({"resnet18": {"jobs": 2.5, "util": 85, "peak_mib": 1700}}, "resnet18: jobs must be a whole number"),
+    ({"resnet18": {"jobs": True, "util": 85, "peak_mib": 1700}}, "resnet18: jobs"),
+    ({"resnet18": {"jobs": 5, "util": 185, "peak_mib": 1700}}, "resnet18: util"),
+    ({"resnet18": {"jobs": 5, "util": "85", "peak_mib": 1700}}, "resnet18: util"),
+    ({"resnet18": {"jobs": 5, "util": 85, "peak_mib": -1}}, "resnet18: peak_mib"),
+    ({"resnet18": {"jobs": 5, "util": float("nan"), "peak_mib": 1700}}, "resnet18: util"),
+])
+def test_malformed_sharing_is_a_usage_error_naming_the_file(tmp_path, sharing, match):
+    path = tmp_path / "c.json"
+    doc = _flat().to_json()
+    doc["sharing"] = sharing
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=f"correction file {re.escape(str(path))}: malformed sharing data: {match}"):
+        corr.load(path)

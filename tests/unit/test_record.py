@@ -87,3 +87,67 @@ def test_with_tag_replaces_ours_and_keeps_other_segments() -> None:
     assert sum("state=" in s for s in segments) == 1
     assert with_tag("", Tag("held")) == "liquid/1 state=held"
     assert len(with_tag("x" * 2000, Tag("held"))) <= COMMENT_LIMIT
+
+
+# --- the agent's usage segment in AdminComment ------------------------------------------------
+
+from slurm_liquid.record import Usage, with_usage  # noqa: E402
+
+NODES = st.lists(st.sampled_from([f"gpu{i:02d}" for i in range(1, 40)]), min_size=1, max_size=12, unique=True)
+USAGES = st.builds(Usage, by=st.sampled_from(["nvml", "nvml-acct", "standin", "none"]), gpus=st.integers(0, 64),
+                   peak_mib=st.integers(0, 200_000), util=st.none() | st.integers(0, 100).map(float),
+                   host_mib=st.integers(0, 2_000_000), cpus=st.integers(0, 2000).map(lambda v: v / 10),
+                   shared=st.booleans(), seconds=st.integers(0, 10**7), samples=st.integers(0, 10**6),
+                   nodes=NODES.map(lambda n: tuple(sorted(n))))
+
+
+@given(USAGES)
+def test_usage_round_trips_and_stays_short(usage: Usage) -> None:
+    line = usage.render()
+    assert Usage.parse(line) == usage
+    assert len(line) < 300
+
+
+def test_usage_sits_beside_the_tag_and_neither_disturbs_the_other() -> None:
+    tag = Tag("placed", "gpu01:2", {"at": "17"})
+    used = Usage("nvml", 2, 31200, 87.0, 12000, 3.5, False, 3600, 720, ("gpu01",))
+    both = with_usage(tag.render() + "; admin note", used)
+    assert Tag.parse(both) == tag and Usage.parse(both) == used and "admin note" in both
+    retagged = with_tag(both, Tag("released"))
+    assert Usage.parse(retagged) == used and Tag.parse(retagged).state == "released"
+
+
+def test_two_nodes_merge_into_one_segment() -> None:
+    a = Usage("nvml", 2, 30000, 90.0, 10000, 4.0, False, 100, 100, ("gpu01",))
+    b = Usage("standin", 4, 20000, 60.0, 16000, 2.0, True, 90, 90, ("gpu02",))
+    merged = Usage.parse(with_usage(with_usage("", a), b))
+    assert merged.gpus == 6 and merged.peak_mib == 30000 and merged.util == 70.0
+    assert merged.host_mib == 16000 and merged.cpus == 4.0 and merged.shared and merged.by == "standin"
+    assert merged.nodes == ("gpu01", "gpu02") and merged.samples == 190 and merged.seconds == 100
+    assert with_usage(with_usage("", a), b).count(USAGE_TOKEN) == 1
+
+
+def test_a_node_without_utilisation_readings_does_not_dilute_the_others() -> None:
+    a = Usage("nvml", 2, 30000, 90.0, nodes=("gpu01",))
+    b = Usage("nvml", 6, 30000, None, nodes=("gpu02",))
+    assert "util=-" in b.render()
+    assert Usage.parse(with_usage(with_usage("", a), b)).util == 90.0
+    assert Usage.parse(b.render()).util is None
+
+
+def test_the_same_node_again_replaces_its_reading_and_a_counted_node_is_not_added_twice() -> None:
+    a = Usage("nvml", 2, 30000, 90.0, nodes=("gpu01",))
+    a2 = Usage("nvml", 2, 35000, 80.0, nodes=("gpu01",))
+    b = Usage("nvml", 2, 20000, 50.0, nodes=("gpu02",))
+    assert Usage.parse(with_usage(with_usage("", a), a2)) == a2
+    both = with_usage(with_usage("", a), b)
+    assert Usage.parse(with_usage(both, a)) == Usage.parse(both)   # a retried write changes nothing
+
+
+@pytest.mark.parametrize("text", ["", "liquid/1 state=held", "liquid-used/1 by=nvml gpus=two peak=1 util=1",
+                                  "liquid-used/1 by=nvml peak=1 util=1", "liquid-used/1 by=nvml gpus=1 peak=1 util=1 nodes=gpu[01"])
+def test_absent_or_malformed_usage_is_none(text: str) -> None:
+    assert Usage.parse(text) is None
+
+
+USAGE_TOKEN = "liquid-used/1"

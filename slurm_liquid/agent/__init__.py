@@ -1,0 +1,1 @@
+"""The node agent: measures what each Slurm job really uses on its node."""

@@ -1,0 +1,266 @@
+"""`slurm-liquid agent`: measure what each Slurm job really uses on this node (etc/systemd/slurm-liquid-agent.service).
+
+    every [agent] interval_s: the node's job processes (/proc) + the GPUs (NVML) -> per-job meters
+    a job ended (the node epilog drops <spool>/ended/<job id>; or its processes are gone and
+      Slurm says it is not running): its usage -> the job's AdminComment in accounting (recorder.py)
+
+Runs as root. Without NVML it says so once and keeps measuring host memory and CPUs; no error in
+one sample, one job or one Slurm command stops it (systemd would only restart it into the same
+error). Meters are saved every minute so that a restarted agent keeps the peaks it had seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import queue
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from slurm_liquid import config as config_module
+from slurm_liquid.agent import procs as procs_module
+from slurm_liquid.agent.gpus import GpuReader, open_reader
+from slurm_liquid.agent.meter import GpuMeter, JobMeter, Meters
+from slurm_liquid.agent.recorder import Recorder
+from slurm_liquid.errors import LiquidError
+
+log = logging.getLogger("slurm_liquid.agent")
+SAVE_EVERY_S = 60.0
+# after a job's end, its stragglers (a process the epilog raced) must not start a new meter that
+# would record over the real one; a requeued run restarting later than this is measured afresh
+AFTER_END_S = 15.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=None, help="liquid.toml (default: $SLURM_LIQUID_CONFIG or /etc/slurm/liquid.toml)")
+    parser.add_argument("--gpu-source", default=None, metavar="SRC", help="override [agent] gpu_source: nvml, none, standin:DIR")
+    parser.add_argument("--interval", type=float, default=None, metavar="S", help="override [agent] interval_s")
+    parser.add_argument("--record", choices=config_module.AGENT_RECORDS, default=None, help="override [agent] record")
+    parser.add_argument("--once", action="store_true",
+                        help="take one sample and print the meters as JSON (records nothing)")
+    parser.add_argument("--log-file", default=None, help="append the log here instead of stderr")
+
+
+class Agent:
+    def __init__(self, cfg: config_module.AgentConfig, reader: GpuReader, recorder: Recorder,
+                 scan: Callable[[], dict[int, procs_module.Process]] = procs_module.scan,
+                 job_running: Callable[[int], bool | None] | None = None, clock: Callable[[], float] = time.time):
+        self.cfg = cfg
+        self.reader = reader
+        self.recorder = recorder
+        self.scan = scan
+        self.job_running = job_running or (lambda job_id: None)
+        self.clock = clock
+        self.meters = Meters(procs_module.clock_ticks())
+        self.ended_dir = Path(cfg.spool_dir) / "ended"
+        self.finished: dict[int, float] = {}   # job -> when it ended and was handed over
+        self._errors: set[str] = set()
+        self._asked: dict[int, float] = {}     # job -> when Slurm was last asked whether it still runs
+        self._records: queue.Queue[tuple[int, JobMeter] | None] = queue.Queue()
+
+    # ------------------------------------------------------------ sampling
+
+    def sample(self) -> None:
+        now = self.clock()
+        try:
+            self.finished = {j: t for j, t in self.finished.items() if now - t < AFTER_END_S}
+            processes = {pid: p for pid, p in self.scan().items() if p.job.job_id not in self.finished}
+        except OSError as exc:
+            self._once(f"reading processes failed: {exc}")
+            processes = {}
+        try:
+            gpus = self.reader.sample()
+        except Exception as exc:  # noqa: BLE001 -- a GPU that fell off the bus must not stop the agent
+            self._once(f"reading GPUs failed: {type(exc).__name__}: {exc}")
+            gpus = []
+        self.meters.update(now, processes, gpus)
+
+    def _once(self, message: str) -> None:
+        if message not in self._errors:
+            self._errors.add(message)
+            log.warning("agent: %s (said once)", message)
+
+    # ------------------------------------------------------------ job ends
+
+    def ended_jobs(self, now: float) -> dict[int, dict[str, str]]:
+        """Jobs the node epilog reported ended (with what it knows: `gpus=0,1 nodes=gpu[01-02]`), and
+        jobs gone for end_grace_s that Slurm says are not running."""
+        ended: dict[int, dict[str, str]] = {}
+        try:
+            entries = list(os.scandir(self.ended_dir))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if entry.name.isdigit():
+                ended[int(entry.name)] = _epilog_note(entry.path)
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+        for job_id, meter in self.meters.jobs.items():
+            quiet = now - meter.last_seen > self.cfg.end_grace_s
+            # a multi-node job between steps is quiet here for long: ask Slurm once per grace period
+            if job_id not in ended and quiet and now - self._asked.get(job_id, 0.0) > self.cfg.end_grace_s:
+                self._asked[job_id] = now
+                if self.job_running(job_id) is False:
+                    ended[job_id] = {}
+        return ended
+
+    def finish(self, ended: Mapping[int, Mapping[str, str]]) -> None:
+        for job_id, note in sorted(ended.items()):
+            self.finished[job_id] = self.clock()
+            self._asked.pop(job_id, None)
+            meter = self.meters.finish(job_id)
+            if meter is None:
+                continue
+            # the epilog's view comes from slurmd (root), not from the job's own environment
+            for index in note.get("gpus", "").split(","):
+                if index.isdigit():
+                    meter.gpus.setdefault(int(index), GpuMeter())
+            meter.nodelist = note.get("nodes") or meter.nodelist
+            if not meter.gpus:
+                log.debug("job %d: held no GPU here; nothing to record", job_id)
+                continue
+            self._records.put((job_id, meter))
+
+    def record_forever(self) -> None:
+        """The recording thread: waits on Slurm without holding up the sampling."""
+        node = self.recorder.node
+        while True:
+            item = self._records.get()
+            if item is None:
+                return
+            job_id, meter = item
+            try:
+                self.recorder.record(job_id, meter.usage(self.reader.source, node), meter.nodelist)
+            except Exception:  # noqa: BLE001 -- one job's record must not end the thread
+                log.exception("job %d: recording failed", job_id)
+
+    # ------------------------------------------------------------ state
+
+    def save(self, path: Path) -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump({"version": 1, "meters": self.meters.to_json()}, handle)
+            os.replace(tmp, path)
+        except OSError as exc:
+            self._once(f"cannot save meters to {path}: {exc.strerror}")
+
+    def restore(self, path: Path) -> None:
+        try:
+            st = path.lstat()
+            if st.st_uid != os.geteuid() or not path.is_file():
+                raise ValueError("not a regular file owned by the agent's user")
+            data = json.loads(path.read_text())
+            self.meters.restore(data["meters"])
+            log.info("agent: restored the meters of %d job(s) from %s", len(self.meters.jobs), path)
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("agent: ignoring saved meters in %s: %s", path, exc)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"node": self.recorder.node, "gpu_source": self.reader.source, "problem": self.reader.problem,
+                "jobs": {str(k): {**m.to_json(), "usage": m.usage(self.reader.source, self.recorder.node).render()}
+                         for k, m in sorted(self.meters.jobs.items())}}
+
+
+def _epilog_note(path: str) -> dict[str, str]:
+    """`key=value` words the node epilog wrote (a root-only directory); anything odd is ignored."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            words = handle.read(4096).split()
+    except OSError:
+        return {}
+    return {k: v for k, _, v in (w.partition("=") for w in words) if k in ("gpus", "nodes")}
+
+
+def _job_running(client) -> Callable[[int], bool | None]:
+    def running(job_id: int) -> bool | None:
+        try:
+            jobs = client.jobs([job_id])
+        except LiquidError:
+            return None           # Slurm unreachable: ask again later, never guess "ended"
+        return bool(jobs) and jobs[0].state in ("RUNNING", "COMPLETING", "SUSPENDED")
+    return running
+
+
+def run(args: argparse.Namespace) -> int:
+    config = config_module.load(args.config)
+    config = config_module.with_overrides(config, "agent", gpu_source=args.gpu_source, interval_s=args.interval,
+                                          record=args.record)
+    cfg = config.agent
+    from slurm_liquid.cli import log_to_file
+    from slurm_liquid.slurm import connect
+
+    if args.log_file or cfg.log_file:
+        log_to_file(args.log_file or cfg.log_file)
+    reader = open_reader(cfg.gpu_source)
+    if reader.problem:
+        log.warning("agent: %s", reader.problem)
+    node = socket.gethostname().split(".")[0]
+    client = connect("cli")
+    recorder = Recorder(client, node, cfg.record, cfg.order_wait_s, cfg.ended_wait_s)
+    agent = Agent(cfg, reader, recorder, job_running=_job_running(client))
+    if args.once:
+        agent.sample()
+        print(json.dumps(agent.snapshot(), indent=1))
+        reader.close()
+        return 0
+    (agent.ended_dir).mkdir(parents=True, exist_ok=True)
+    os.chmod(agent.ended_dir, 0o755)           # only root (the epilog) drops files here
+    state = Path(cfg.state_file)
+    agent.restore(state)
+    threading.Thread(target=agent.record_forever, name="recorder", daemon=True).start()
+    metrics = _metrics(cfg.metrics_port, agent)
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    log.info("agent on %s: GPUs from %s, every %.1f s, recording to %s", node, reader.source, cfg.interval_s,
+             cfg.record)
+    saved_at = time.monotonic()
+    try:
+        while not stopping:
+            started = time.monotonic()
+            agent.sample()
+            agent.finish(agent.ended_jobs(time.time()))
+            metrics(time.monotonic() - started)
+            if time.monotonic() - saved_at >= SAVE_EVERY_S:
+                agent.save(state)
+                saved_at = time.monotonic()
+            time.sleep(max(cfg.interval_s - (time.monotonic() - started), 0.05))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        agent.save(state)
+        reader.close()
+        log.info("agent: stopped")
+    return 0
+
+
+def _metrics(port: int, agent: Agent) -> Callable[[float], None]:
+    """Prometheus gauges of the agent's own cost and of each job's peaks; a no-op at port 0."""
+    if port <= 0:
+        return lambda seconds: None
+    from prometheus_client import Gauge, Histogram, start_http_server
+
+    sample_seconds = Histogram("liquid_agent_sample_seconds", "seconds per sample (processes + GPUs)")
+    peak = Gauge("liquid_agent_job_gpu_peak_mib", "peak GPU memory per GPU of a running job", ["job"])
+    jobs = Gauge("liquid_agent_jobs", "jobs measured on this node")
+    start_http_server(port)
+
+    def update(seconds: float) -> None:
+        sample_seconds.observe(seconds)
+        jobs.set(len(agent.meters.jobs))
+        peak.clear()
+        for job_id, meter in agent.meters.jobs.items():
+            peak.labels(str(job_id)).set(max((g.peak_mib for g in meter.gpus.values()), default=0))
+    return update
