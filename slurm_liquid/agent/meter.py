@@ -60,6 +60,17 @@ class JobMeter:
         return cls(**{**dict(data), "gpus": gpus})
 
 
+def trusted(processes: Mapping[int, Process]) -> dict[int, Process]:
+    """Processes whose job we may charge. SLURM_JOB_ID in the environment is anyone's to set: such a
+    process counts only as its own user's (a job's process that left its slurmstepd, e.g. a
+    daemonised data loader), never towards another user's job or a job seen no other way."""
+    owners: dict[int, set[int]] = defaultdict(set)
+    for proc in processes.values():
+        if proc.job.via != "environ":
+            owners[proc.job.job_id].add(proc.uid)
+    return {pid: p for pid, p in processes.items() if p.job.via != "environ" or p.uid in owners[p.job.job_id]}
+
+
 class Meters:
     """Every job seen on this node since it started, until `finish` hands its usage over."""
 
@@ -69,6 +80,7 @@ class Meters:
         self._ticks: dict[int, tuple[int, int]] = {}   # pid -> (job, last cpu ticks)
 
     def update(self, now: float, processes: Mapping[int, Process], gpus: Iterable[GpuSample]) -> None:
+        processes = trusted(processes)
         by_job: dict[int, list[Process]] = defaultdict(list)
         for proc in processes.values():
             by_job[proc.job.job_id].append(proc)

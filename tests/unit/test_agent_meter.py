@@ -10,8 +10,8 @@ from slurm_liquid.agent.procs import JobRef, Process
 
 
 def proc(pid: int, job: int, gpus: tuple[int, ...] = (), rss_mib: float = 100, ticks: int = 0, shards: int = 0,
-         nodelist: str = "gpu01") -> Process:
-    return Process(pid=pid, uid=1001, comm="python", job=JobRef(job, "batch", "slurmstepd"), rss_kib=int(rss_mib * 1024),
+         nodelist: str = "gpu01", uid: int = 1001, via: str = "slurmstepd") -> Process:
+    return Process(pid=pid, uid=uid, comm="python", job=JobRef(job, "batch", via), rss_kib=int(rss_mib * 1024),
                    cpu_ticks=ticks, job_gpus=gpus, shards=shards, nodelist=nodelist)
 
 
@@ -91,3 +91,15 @@ def test_meters_survive_a_round_trip_through_json() -> None:
     again.restore(meters.to_json())
     assert again.jobs[7] == meters.jobs[7] and isinstance(again.jobs[7], JobMeter)
     assert again.jobs[7].usage("nvml", "gpu01") == meters.jobs[7].usage("nvml", "gpu01")
+
+
+def test_a_process_claiming_a_job_by_environment_counts_only_for_its_own_users_job() -> None:
+    meters = Meters()
+    procs = as_dict(proc(10, 7, gpus=(0,), rss_mib=100),                              # alice's job 7
+                    proc(11, 7, rss_mib=500, via="environ"),                          # alice's daemonised loader
+                    proc(20, 7, rss_mib=9000, uid=1002, via="environ"),               # bob says SLURM_JOB_ID=7
+                    proc(30, 9, rss_mib=9000, uid=1002, via="environ"))               # a job seen no other way
+    meters.update(0.0, procs, [gpu(0, 1000, procs=(GpuProcess(20, 50000),))])
+    assert set(meters.jobs) == {7}
+    assert meters.jobs[7].host_peak_mib == 600
+    assert meters.jobs[7].usage("nvml", "n").peak_mib == 1000    # bob's GPU process is not job 7's
