@@ -11,7 +11,7 @@ import argparse
 import json
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.record import Record, Tag
+from slurm_liquid.record import Record, Tag, Usage
 
 LABELS = {"mode": "submission mode", "est": "estimate", "asked": "asked Slurm for", "set": "changed to",
           "placed": "placed on", "would": "would place on (shadow)", "slurm": "Slurm placed it on",
@@ -28,9 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def explain(job, config) -> dict:
     record = Record.parse(job.comment)
     tag = Tag.parse(job.admin_comment)
+    used = Usage.parse(job.admin_comment)
     out: dict = {"job_id": job.job_id, "name": job.name, "user": job.user, "state": job.state,
                  "nodes": list(job.nodes), "gpus": job.gpus, "shards": job.shards,
-                 "record": job.comment if record else None, "tag": tag.render() if tag else None}
+                 "record": job.comment if record else None, "tag": tag.render() if tag else None,
+                 "used": used.render() if used else None}
     if record is None:
         from slurm_liquid.admission.filter import is_liquid
 
@@ -71,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
           + (f" on {','.join(job.nodes)}" if job.nodes else ""))
     if not out.get("record"):
         print(f"  {out['explanation']}")
+        _print_used(out)
         return 0
     print(f"  record: {out['record']}")
     for key, value in out["fields"].items():
@@ -87,4 +90,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"  per-GPU memory: {parts}")
         print(f"  CPUs per GPU {est['cpus_per_gpu']}, host memory per GPU {est['host_mem_mib_per_gpu']:,} MiB, "
               f"scaling efficiency {est['scaling_efficiency']:.2f} (up to {est['max_efficient_gpus']} GPUs)")
+    _print_used(out)
     return 0
+
+
+def _print_used(out: dict) -> None:
+    """What the node agents measured, beside the estimate (docs/agent.md)."""
+    used = Usage.parse(out.get("used") or "")
+    if used is None:
+        return
+    util = "no utilisation reading" if used.util is None else f"GPU utilisation {used.util:.0f}%"
+    print(f"  {'used (node agents)':24s} peak {used.peak_mib:,} MiB per GPU on {used.gpus} GPU(s), {util}, "
+          f"host {used.host_mib:,} MiB, {used.cpus:.1f} CPUs busy [{used.by}]")
+    est = out.get("estimate")
+    if est and used.peak_mib and used.by != "none":
+        print(f"  {'estimate vs used':24s} {est['gpu_mem_mib']:,} vs {used.peak_mib:,} MiB per GPU "
+              f"({(est['gpu_mem_mib'] - used.peak_mib) / used.peak_mib:+.0%})")

@@ -63,3 +63,28 @@ def test_a_record_without_a_spec_shows_its_fields_only() -> None:
     out = explain(a_job("liquid/1 mode=server asked=none", "liquid/1 state=released why=no-GPUs-asked"), CONFIG)
     assert out["fields"] == {"mode": "server", "asked": "none"} and out["spec"] == ""
     assert out["tag"] == "liquid/1 state=released why=no-GPUs-asked" and "estimate" not in out
+
+
+USED = "liquid-used/1 by=nvml gpus=2 peak=52000 util=87 host=9000 cpu=3.5 shared=0 secs=600 n=120 nodes=gpu01"
+
+
+def test_what_the_agents_measured_is_shown_beside_the_estimate(capsys, monkeypatch) -> None:
+    import argparse
+
+    from slurm_liquid import explain as module
+
+    job = a_job(RECORD, f"{TAG}; {USED}")
+    assert explain(job, CONFIG)["used"] == USED
+    assert explain(a_job("", USED), CONFIG)["used"] == USED          # a plain job is measured too
+
+    class Client:
+        def job(self, job_id):
+            return job
+
+    monkeypatch.setattr("slurm_liquid.slurm.connect", lambda *a, **k: Client())
+    monkeypatch.setattr("slurm_liquid.config.load", lambda path=None: CONFIG)
+    assert module.run(argparse.Namespace(job_id=101, json=False, config=None, container=None)) == 0
+    text = capsys.readouterr().out
+    est = estimate(parse_directives(SPEC), gpu_type="h100", site=str(SITE))
+    assert "peak 52,000 MiB per GPU on 2 GPU(s), GPU utilisation 87%" in text
+    assert f"{est.to_json()['gpu_mem_mib']:,} vs 52,000 MiB per GPU" in text
