@@ -63,6 +63,9 @@ class Agent:
         self._errors: set[str] = set()
         self._asked: dict[int, float] = {}     # job -> when Slurm was last asked whether it still runs
         self._records: queue.Queue[tuple[int, JobMeter] | None] = queue.Queue()
+        # ended jobs not yet recorded: saved with the meters, so a restart records them still
+        self.unrecorded: dict[int, JobMeter] = {}
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------ sampling
 
@@ -127,7 +130,12 @@ class Agent:
             if not meter.gpus:
                 log.debug("job %d: held no GPU here; nothing to record", job_id)
                 continue
-            self._records.put((job_id, meter))
+            self.hand_over(job_id, meter)
+
+    def hand_over(self, job_id: int, meter: JobMeter) -> None:
+        with self._lock:
+            self.unrecorded[job_id] = meter
+        self._records.put((job_id, meter))
 
     def record_forever(self) -> None:
         """The recording thread: waits on Slurm without holding up the sampling."""
@@ -141,6 +149,9 @@ class Agent:
                 self.recorder.record(job_id, meter.usage(self.reader.source, node), meter.nodelist)
             except Exception:  # noqa: BLE001 -- one job's record must not end the thread
                 log.exception("job %d: recording failed", job_id)
+            with self._lock:
+                if self.unrecorded.get(job_id) is meter:
+                    del self.unrecorded[job_id]
 
     # ------------------------------------------------------------ state
 
@@ -149,8 +160,10 @@ class Agent:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(path.name + ".tmp")
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with self._lock:
+                unrecorded = {str(k): m.to_json() for k, m in self.unrecorded.items()}
             with os.fdopen(fd, "w") as handle:
-                json.dump({"version": 1, "meters": self.meters.to_json()}, handle)
+                json.dump({"version": 1, "meters": self.meters.to_json(), "unrecorded": unrecorded}, handle)
             os.replace(tmp, path)
         except OSError as exc:
             self._once(f"cannot save meters to {path}: {exc.strerror}")
@@ -162,7 +175,11 @@ class Agent:
                 raise ValueError("not a regular file owned by the agent's user")
             data = json.loads(path.read_text())
             self.meters.restore(data["meters"])
-            log.info("agent: restored the meters of %d job(s) from %s", len(self.meters.jobs), path)
+            unrecorded = {int(k): JobMeter.from_json(v) for k, v in data.get("unrecorded", {}).items()}
+            for job_id, meter in sorted(unrecorded.items()):
+                self.hand_over(job_id, meter)
+            log.info("agent: restored the meters of %d job(s) and %d ended job(s) to record from %s",
+                     len(self.meters.jobs), len(unrecorded), path)
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -231,9 +248,10 @@ def run(args: argparse.Namespace) -> int:
         while not stopping:
             started = time.monotonic()
             agent.sample()
-            agent.finish(agent.ended_jobs(time.time()))
+            ended = agent.ended_jobs(time.time())
+            agent.finish(ended)
             metrics(time.monotonic() - started)
-            if time.monotonic() - saved_at >= SAVE_EVERY_S:
+            if ended or time.monotonic() - saved_at >= SAVE_EVERY_S:
                 agent.save(state)
                 saved_at = time.monotonic()
             time.sleep(max(cfg.interval_s - (time.monotonic() - started), 0.05))

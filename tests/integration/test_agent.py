@@ -90,7 +90,8 @@ def test_agents_map_real_jobs_and_record_what_they_used_in_sacct(cluster: Cluste
 
     usage, admin_comment = recorded[single]
     assert (usage.by, usage.gpus, usage.peak_mib, usage.shared) == ("standin", 2, 31000, False)
-    assert usage.util == pytest.approx(80, abs=1) and usage.host_mib >= 64 and usage.samples >= 5
+    # 80 % once the process said so; a sample or two before that (start-up) reads 0 %
+    assert 60 <= usage.util <= 80 and usage.host_mib >= 64 and usage.samples >= 5
     assert usage.nodes == jobs[single].nodes
     assert Tag.parse(admin_comment).state == "placed", admin_comment     # the daemon's tag is kept
 
@@ -139,7 +140,7 @@ def test_retraining_from_sacct_learns_a_bias_the_prior_has(cluster: Cluster, dae
 
     since = "1d"
     trained = cluster.exec("slurmctld", "slurm-liquid", "estimate", "--site", SITE, "train", "--from-sacct",
-                           "--since", since, "--allow-standin", "--install", "/tmp/loop-correction.json", "--json",
+                           "--since", since, "--allow-standin", "--install", f"/tmp/loop-correction-{ids[0]}.json", "--json",
                            timeout=300)
     assert trained.returncode == 0, trained.stderr
     report = json.loads(trained.stdout)
@@ -148,6 +149,23 @@ def test_retraining_from_sacct_learns_a_bias_the_prior_has(cluster: Cluster, dae
     assert report["new"]["mre"] < report["prior"]["mre"] and report["prior"]["under"] > 0.5
     assert report["better"] and report["installed"], report["verdict"]
     again = cluster.exec("slurmctld", "slurm-liquid", "estimate", "--site", SITE, "--correction",
-                         "/tmp/loop-correction.json", "--comment", f"liquid: {LOOP[1]}", "--json")
+                         f"/tmp/loop-correction-{ids[0]}.json", "--comment", f"liquid: {LOOP[1]}", "--json")
     corrected = json.loads(again.stdout)
     assert corrected["correction_factor"] > 1.1, corrected      # it learnt that jobs use more
+
+
+def test_a_job_is_still_recorded_when_its_nodes_agent_is_killed_and_restarted(cluster: Cluster) -> None:
+    for node in ("gpu01", "gpu02", "gpu03", "gpu04"):
+        assert cluster.exec(node, "entrypoint.sh", "agent-start").returncode == 0
+    write(cluster, "/shared/standin_gpu.py", STANDIN)
+    job_id, _ = sbatch(cluster, "bob", "--gres=gpu:1", "--wrap", "python3 /shared/standin_gpu.py 9000 15")
+    job = wait_for("the job to run", lambda: next(
+        (j for j in cluster.client.jobs([job_id]) if j.is_running and j.nodes), None), timeout=60)
+    node = job.nodes[0]
+    wait_for(f"the agent on {node} to see job {job_id}", lambda: str(job_id) in snapshot(cluster, node)["jobs"],
+             timeout=30)
+    killed = cluster.exec(node, "pkill", "-KILL", "-f", "slurm-liquid agent")
+    assert killed.returncode == 0, killed.stderr
+    assert cluster.exec(node, "entrypoint.sh", "agent-start").returncode == 0
+    usage, _ = wait_for(f"job {job_id}'s usage in sacct", lambda: usage_of(cluster, job_id), timeout=120, every=2)
+    assert (usage.gpus, usage.peak_mib, usage.nodes) == (1, 9000, (node,))

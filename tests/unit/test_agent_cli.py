@@ -173,3 +173,21 @@ def test_once_without_nvml_prints_the_problem_and_exits_zero(tmp_path: Path) -> 
     # this machine has no NVIDIA driver: the agent says why once and measures what it can
     assert snapshot["gpu_source"] == "none" and "NVML" in snapshot["problem"]
     assert len(out.stderr.strip().splitlines()) == 1 and "NVML unavailable" in out.stderr
+
+
+def test_an_ended_job_not_yet_recorded_survives_a_restart_and_is_recorded_once(tmp_path: Path) -> None:
+    agent, recorder, clock = make_agent(tmp_path, {101: process(1)})
+    agent.sample()
+    agent.finish({1: {"gpus": "0"}})           # handed over; the agent dies before recording it
+    state = tmp_path / "state.json"
+    agent.save(state)
+    again, recorder2, _ = make_agent(tmp_path / "b", {})
+    again.restore(state)
+    drain(again)
+    assert [(j, u.peak_mib) for j, u, _ in recorder2.records] == [(1, 20000)]
+    assert again.unrecorded == {}
+    again.save(state)                           # once recorded, a further restart records nothing
+    third, recorder3, _ = make_agent(tmp_path / "c", {})
+    third.restore(state)
+    drain(third)
+    assert recorder3.records == []
