@@ -187,3 +187,14 @@ def test_job_ids_are_filtered_even_where_squeue_json_ignores_them(version: str) 
     assert {j.job_id for j in client.jobs(wanted)} == wanted
     assert client.jobs([999999]) == []
     assert all(j.job_id in wanted for j in client.accounting(wanted))
+
+
+def test_recorded_admin_comment_goes_through_sacctmgr_as_one_argument() -> None:
+    runner = RecordedRunner("24.11")
+    text = "liquid/1 state=placed; liquid-used/1 by=nvml gpus=2 peak=31000 util=80 nodes=gpu01"
+    CliBackend(runner).set_recorded_admin_comment(7, text)
+    assert runner.calls[-1] == ["sacctmgr", "--immediate", "modify", "job", "where", "jobid=7", "set",
+                                f"AdminComment={text}"]
+    for bad in ("x" * 1025, "two\nlines"):
+        with pytest.raises(SlurmError, match="one line of at most 1024"):
+            CliBackend(runner).set_recorded_admin_comment(7, bad)
