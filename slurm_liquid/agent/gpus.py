@@ -157,9 +157,10 @@ class NvmlReader:
         }
         accounting = opt(nv.nvmlDeviceGetAccountingMode, handle) == nv.NVML_FEATURE_ENABLED
         if accounting:
-            # Finished pids stay in the accounting buffer; they are kept because the peak of a
-            # process that ended between two samples is exactly what sampling would miss.
-            for pid in opt(nv.nvmlDeviceGetAccountingPids, handle) or ():
+            # Only running processes: the buffer also keeps up to thousands of finished pids (one
+            # NVML call each, every sample), which no live process of a job can be matched to.
+            # A running process's maxMemoryUsage is its peak since it started, between samples too.
+            for pid in list(processes):
                 stats = opt(nv.nvmlDeviceGetAccountingStats, handle, pid)
                 if stats is not None:
                     processes[pid] = replace(
