@@ -13,6 +13,8 @@ pytestmark = pytest.mark.integration
 
 def test_liquid_places_on_what_slurm_reports_free(cluster: Cluster) -> None:
     client = cluster.client
+    # a job of an earlier test may still be completing (node epilogs run): start from an idle cluster
+    wait_for("every GPU to be free", lambda: ClusterState.from_nodes(client.nodes()).gpus_free == 16, timeout=90)
     busy = client.submit("#!/bin/sh\nsleep 120\n", ["--gres=gpu:3", "-w", "gpu01", "--output=/dev/null"])
     try:
         wait_for(f"job {busy} to run", lambda: client.job(busy).is_running)
