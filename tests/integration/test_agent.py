@@ -15,7 +15,7 @@ import pytest
 
 from slurm_liquid.record import Tag, Usage
 from tests.integration.cluster import Cluster, wait_for
-from tests.integration.test_submission import daemon_running, sbatch, script, write  # noqa: F401
+from tests.integration.test_submission import daemon_running, sbatch, write  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.integration
 
