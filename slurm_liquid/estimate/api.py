@@ -10,7 +10,7 @@ from typing import Any
 from slurm_liquid.estimate.catalog import ModelEntry, load_catalog
 from slurm_liquid.estimate.decide import BUSY_UTIL, Decision, decide
 from slurm_liquid.estimate.gpus import GpuType, load_gpu_table
-from slurm_liquid.estimate.prior import CONTEXT_MIB, MIB, Breakdown, breakdown, resolve_entry
+from slurm_liquid.estimate.prior import MIB, Breakdown, breakdown, resolve_entry
 from slurm_liquid.errors import UsageError
 from slurm_liquid.jobspec import JobSpec
 
@@ -110,7 +110,7 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
     gpu = table.lookup(gpu_type or spec.gpu_type or table.default)
     path = correction_path(correction)
     fitted = _load_correction(path) if path else None
-    context = CONTEXT_MIB
+    context = table.context_mib
 
     def need(n: int, sharding: str) -> Breakdown:
         prior = breakdown(entry, spec, n, sharding, context)

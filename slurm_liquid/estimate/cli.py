@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--seed", type=int, default=0, help="seed of the held-out split and the learner")
     train.add_argument("--out", metavar="FILE", help="where to save it (default correction.json "
                        "with --history alone; with --from-sacct saved whether better or not)")
-    train.add_argument("--method", choices=("rf", "gbr"), default="rf")
+    train.add_argument("--method", choices=("rf", "gbr"), default="gbr")
     train.add_argument("--quantile", type=float, default=0.9, help="upper quantile to report (0.5-0.99)")
     # also after `train`; SUPPRESS keeps a --json given before `train`
     train.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
@@ -151,16 +151,18 @@ def _run_train(args: argparse.Namespace) -> int:
     from slurm_liquid.estimate import learn
     from slurm_liquid.estimate.api import SITE_ENV
     from slurm_liquid.estimate.catalog import load_catalog
+    from slurm_liquid.estimate.gpus import load_gpu_table
     from slurm_liquid.estimate.history import read_history
 
     if not (args.history or args.from_sacct):
         raise UsageError("train: give --history FILE (measured rows) or --from-sacct (finished jobs)")
     if not 0.5 <= args.quantile < 1.0:
         raise UsageError(f"quantile: {args.quantile} is outside 0.5..0.99")
-    catalog = load_catalog(args.site or os.environ.get(SITE_ENV) or None)
-    records = [r for path in args.history or () for r in read_history(path, catalog)]
+    site = args.site or os.environ.get(SITE_ENV) or None
+    catalog, context = load_catalog(site), load_gpu_table(site).context_mib
+    records = [r for path in args.history or () for r in read_history(path, catalog, context)]
     if args.from_sacct:
-        return _train_from_sacct(args, catalog, records)
+        return _train_from_sacct(args, catalog, records, context)
     if args.install:
         raise UsageError("install: only with --from-sacct (it installs only a model that scores better)")
     out = args.out or "correction.json"
@@ -172,7 +174,8 @@ def _run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_from_sacct(args: argparse.Namespace, catalog: Catalog, extra_rows: list[Record]) -> int:
+def _train_from_sacct(args: argparse.Namespace, catalog: Catalog, extra_rows: list[Record],
+                      context_mib: float) -> int:
     from pathlib import Path
 
     from slurm_liquid.estimate import learn
@@ -181,7 +184,7 @@ def _train_from_sacct(args: argparse.Namespace, catalog: Catalog, extra_rows: li
 
     since = since_date(args.since)
     jobs = connect().accounting(since=since)
-    records, skipped = learn.history_from_jobs(jobs, catalog, args.allow_standin)
+    records, skipped = learn.history_from_jobs(jobs, catalog, args.allow_standin, context_mib)
     current, current_note = None, ""
     if args.install and Path(args.install).exists():
         try:

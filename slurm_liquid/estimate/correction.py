@@ -5,9 +5,16 @@ file (arrays of split features, thresholds, children and leaf values) with train
 Loading it executes no code and evaluating it needs no numpy: a few hundred comparisons in pure
 Python, so the submit path stays fast. Two methods, compared by the benchmark:
 
-- `rf`: random forest of the mean log-ratio + a split-conformal margin (the `quantile` of
-  out-of-bag residuals), so that about (1 - quantile) of jobs are under-estimated;
+- `rf`: random forest of the mean log-ratio;
 - `gbr`: gradient boosting with the quantile (pinball) loss at `quantile`.
+
+Either is then calibrated by a conformal margin: the `quantile` (with the finite-sample
+correction) of cross-validated residuals, so that about (1 - quantile) of jobs are
+under-estimated. When the rows name their model (`groups`), the folds hold out whole models:
+rows of one model are alike, so residuals of rows whose model was seen in training (out-of-bag
+rows, a random split) are far smaller than a new model's, and a margin learnt from them leaves
+most jobs of a model the history lacks under-estimated. Grouped folds make the margin cover
+the case that hurts (an out-of-memory job), at the price of a wider margin for known models.
 
 The file may also carry a `sharing` table (model name -> jobs, median GPU utilisation %, median
 peak MiB per GPU) measured by the node agents; `decide` gives a busy model a whole GPU instead
@@ -171,34 +178,73 @@ def _export(estimator: Any, value_scale: float = 1.0) -> Tree:
                 tuple(float(v) * value_scale for v in t.value[:, 0, 0]))
 
 
-def fit(x: Sequence[Sequence[float]], y: Sequence[float], method: str = "rf", quantile: float = 0.9,
-        seed: int = 0, meta: dict[str, Any] | None = None) -> Correction:
-    """Fit on feature rows `x` and log-ratios `y`."""
+CALIBRATION_FOLDS = 5
+
+
+def _regressor(method: str, quantile: float, seed: int) -> Any:
+    if method == "gbr":
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        return GradientBoostingRegressor(loss="quantile", alpha=quantile, n_estimators=150,
+                                         max_depth=3, learning_rate=0.05, subsample=0.8,
+                                         min_samples_leaf=3, random_state=seed)
+    if method == "rf":
+        from sklearn.ensemble import RandomForestRegressor
+
+        return RandomForestRegressor(n_estimators=100, min_samples_leaf=2, max_features=0.6,
+                                     random_state=seed)
+    raise UsageError(f"method: {method!r} is not rf or gbr")
+
+
+def calibration_residuals(x: Any, y: Any, method: str, quantile: float, seed: int = 0,
+                          groups: Sequence[str] | None = None) -> tuple[Any, str]:
+    """Residuals y - prediction of each row from a model fitted without its fold, and how the
+    folds were drawn: whole groups (models) when there are at least 3, else random rows."""
+    import numpy as np
+    from sklearn.model_selection import GroupKFold, KFold
+
+    n_groups = len(set(groups)) if groups is not None else 0
+    if n_groups >= 3:
+        folds = GroupKFold(n_splits=min(CALIBRATION_FOLDS, n_groups)).split(x, y, groups)
+        how = f"grouped by model ({min(CALIBRATION_FOLDS, n_groups)} folds of {n_groups} models)"
+    else:
+        k = min(CALIBRATION_FOLDS, len(y))
+        folds = KFold(n_splits=k, shuffle=True, random_state=seed).split(x)
+        how = f"random rows ({k} folds)"
+    residuals = np.empty(len(y))
+    for train, held in folds:
+        residuals[held] = y[held] - _regressor(method, quantile, seed).fit(x[train], y[train]).predict(x[held])
+    return residuals, how
+
+
+def conformal_margin(residuals: Any, quantile: float) -> float:
+    """The ceil((n + 1) q)-th smallest residual (split-conformal's finite-sample correction);
+    the largest when there are too few rows for that rank."""
+    ordered = sorted(float(r) for r in residuals)
+    rank = min(len(ordered), math.ceil((len(ordered) + 1) * quantile))
+    return ordered[rank - 1]
+
+
+def fit(x: Sequence[Sequence[float]], y: Sequence[float], method: str = "gbr", quantile: float = 0.9,
+        seed: int = 0, meta: dict[str, Any] | None = None,
+        groups: Sequence[str] | None = None) -> Correction:
+    """Fit on feature rows `x` and log-ratios `y`; `groups` (a model name per row) makes the
+    calibration hold out whole models."""
     import numpy as np
 
     if len(y) < 5:
         raise UsageError(f"history: {len(y)} usable rows; need at least 5 to learn a correction")
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    model = _regressor(method, quantile, seed).fit(xa, ya)
+    residuals, how = calibration_residuals(xa, ya, method, quantile, seed, groups)
+    margin = conformal_margin(residuals, quantile)
     info = {"method": method, "quantile": quantile, "rows": len(ya),
-            "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), **(meta or {})}
+            "trained_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "calibration": how, "margin": round(margin, 4), **(meta or {})}
     if method == "gbr":
-        from sklearn.ensemble import GradientBoostingRegressor
-
-        model = GradientBoostingRegressor(loss="quantile", alpha=quantile, n_estimators=150,
-                                          max_depth=3, learning_rate=0.05, subsample=0.8,
-                                          min_samples_leaf=3, random_state=seed).fit(xa, ya)
         base = float(model.init_.predict(xa[:1])[0]) if hasattr(model.init_, "predict") \
             else float(np.quantile(ya, quantile))
         trees = tuple(_export(e) for e in model.estimators_[:, 0])
-        return Correction(base, float(model.learning_rate), 0.0, trees, info)
-    if method == "rf":
-        from sklearn.ensemble import RandomForestRegressor
-
-        model = RandomForestRegressor(n_estimators=100, min_samples_leaf=2, max_features=0.6,
-                                      oob_score=True, random_state=seed).fit(xa, ya)
-        residuals = ya - model.oob_prediction_
-        margin = float(np.quantile(residuals, quantile))
-        trees = tuple(_export(e) for e in model.estimators_)
-        info["oob_r2"] = float(model.oob_score_)
-        return Correction(0.0, 1.0 / len(trees), margin, trees, info)
-    raise UsageError(f"method: {method!r} is not rf or gbr")
+        return Correction(base, float(model.learning_rate), margin, trees, info)
+    trees = tuple(_export(e) for e in model.estimators_)
+    return Correction(0.0, 1.0 / len(trees), margin, trees, info)

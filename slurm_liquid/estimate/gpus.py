@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.estimate.catalog import _data, site_section
+from slurm_liquid.estimate.prior import CONTEXT_MIB
 
 _NOISE = {"nvidia", "tesla", "geforce", "quadro", "sxm", "sxm2", "sxm4", "sxm5", "pcie", "hbm3",
           "hbm2", "hbm2e", "nvl", "smx", "amd", "instinct", "radeon", "gpu", "gres"}
@@ -61,6 +62,9 @@ class GpuTable:
     mem_mib_per_node: int = 0
     nodes: int = 0                 # GPU nodes of the cluster, 0 = unknown (submission never grows a job past it)
     shards_per_gpu: int = 16       # gres.conf `Name=shard Count=` of a node divided by its GPUs
+    # CUDA context + library handles per GPU process: ~800 MiB with lazy module loading (CUDA >=
+    # 11.7 default), 1.3-2 GiB without it (older CUDA, CUDA_MODULE_LOADING=EAGER)
+    context_mib: float = CONTEXT_MIB
 
     def lookup(self, name: str) -> GpuType:
         model, mem = _key(name)
@@ -112,4 +116,11 @@ def load_gpu_table(site: str | None = None) -> GpuTable:
                     cpus_per_node=int(defaults.get("cpus_per_node", 0)),
                     mem_mib_per_node=int(defaults.get("mem_mib_per_node", 0)),
                     nodes=int(defaults.get("nodes", 0)),
-                    shards_per_gpu=int(defaults.get("shards_per_gpu", 16)))
+                    shards_per_gpu=int(defaults.get("shards_per_gpu", 16)),
+                    context_mib=_context(defaults.get("context_mib", CONTEXT_MIB), site))
+
+
+def _context(value: Any, site: str | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 16384:
+        raise UsageError(f"site file {site}: defaults.context_mib must be MiB in 0..16384, not {value!r}")
+    return float(value)

@@ -3,8 +3,10 @@
 CSV (or JSON lines) with one row per job/GPU: any job-spec keys as columns (`model`, `batch-size`,
 `precision`, ...), `gpus` (data-parallel width, default 1), `measured_mib` (peak per GPU) and
 `measure`: `nvml` (NVML used memory: what the card loses; the default), `reserved`/`allocated`
-(PyTorch caching-allocator peaks) or `tensor` (tensor-level peak, e.g. CPU profiling). Other
-columns (gpu_name, source, ...) are kept for the record and ignored by training.
+(PyTorch caching-allocator peaks) or `tensor` (tensor-level peak, e.g. CPU profiling), and
+optionally `context_mib`: the CUDA context measured on the platform the row comes from (a
+published run on older CUDA), else the site's. Other columns (gpu_name, source, ...) are kept for
+the record and ignored by training.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Iterator
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.estimate.catalog import Catalog, ModelEntry
-from slurm_liquid.estimate.prior import Breakdown, breakdown, resolve_entry
+from slurm_liquid.estimate.prior import CONTEXT_MIB, Breakdown, breakdown, resolve_entry
 from slurm_liquid.jobspec import KEYS, JobSpec
 
 MEASURES = ("nvml", "reserved", "allocated", "tensor")
@@ -56,7 +58,8 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
         yield number, {k.strip(): (v or "").strip() for k, v in row.items() if k}
 
 
-def read_history(path: str | Path, catalog: Catalog) -> list[Record]:
+def read_history(path: str | Path, catalog: Catalog, context_mib: float = CONTEXT_MIB) -> list[Record]:
+    """Measured rows; priors use the site's CUDA context (`context_mib`) as the estimator does."""
     path = Path(path)
     records = []
     for number, row in _rows(path):
@@ -66,15 +69,17 @@ def read_history(path: str | Path, catalog: Catalog) -> list[Record]:
         try:
             measured = float(row.get("measured_mib", ""))
             gpus = int(row.get("gpus") or 1)
+            context = float(row.get("context_mib") or context_mib)
         except ValueError:
-            raise UsageError(f"{where}: measured_mib must be a number and gpus a whole number") from None
+            raise UsageError(f"{where}: measured_mib and context_mib must be numbers and gpus a "
+                             "whole number") from None
         measure = row.get("measure") or "nvml"
         if measure not in MEASURES:
             raise UsageError(f"{where}: measure {measure!r} is not one of {', '.join(MEASURES)}")
-        if not measured > 0 or gpus < 1:
-            raise UsageError(f"{where}: measured_mib must be > 0 and gpus >= 1")
+        if not measured > 0 or gpus < 1 or not 0 <= context <= 16384:
+            raise UsageError(f"{where}: measured_mib must be > 0, gpus >= 1 and context_mib in 0..16384")
         entry = resolve_entry(spec, catalog)
-        prior = breakdown(entry, spec, gpus)
+        prior = breakdown(entry, spec, gpus, context_mib=context)
         extra = {k: v for k, v in row.items() if k not in KEYS}
         records.append(Record(entry, spec, gpus, measure, measured, prior, extra))
     if not records:

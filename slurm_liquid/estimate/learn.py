@@ -29,7 +29,7 @@ from slurm_liquid.estimate import correction as corr
 from slurm_liquid.estimate.catalog import Catalog
 from slurm_liquid.estimate.decide import ModelUsage
 from slurm_liquid.estimate.history import Record
-from slurm_liquid.estimate.prior import MIB, breakdown, resolve_entry
+from slurm_liquid.estimate.prior import CONTEXT_MIB, MIB, breakdown, resolve_entry
 from slurm_liquid.jobspec import parse_directives
 from slurm_liquid.record import Record as JobRecord, Usage
 
@@ -40,7 +40,7 @@ MIN_TRAIN = 5                # correction.fit's floor
 
 # --- joining sacct jobs into history rows -----------------------------------------------------
 
-def _row(job: Any, catalog: Catalog, allow_standin: bool) -> Record | str:
+def _row(job: Any, catalog: Catalog, allow_standin: bool, context_mib: float) -> Record | str:
     """The history row of one job, or why it has none."""
     if not job.is_finished:
         return "not finished"
@@ -77,18 +77,19 @@ def _row(job: Any, catalog: Catalog, allow_standin: bool) -> Record | str:
     gpus = max(1, usage.gpus)
     extra = {"job_id": str(job.job_id), "by": usage.by, "util": "" if usage.util is None else f"{usage.util:g}",
              "shared": str(int(usage.shared)), "gpu_name": job.gpu_type or "", "source": "sacct"}
-    return Record(entry, spec, gpus, "nvml", float(usage.peak_mib), breakdown(entry, spec, gpus), extra)
+    return Record(entry, spec, gpus, "nvml", float(usage.peak_mib),
+                  breakdown(entry, spec, gpus, context_mib=context_mib), extra)
 
 
-def history_from_jobs(jobs: Iterable[Any], catalog: Catalog,
-                      allow_standin: bool = False) -> tuple[list[Record], dict[str, int]]:
+def history_from_jobs(jobs: Iterable[Any], catalog: Catalog, allow_standin: bool = False,
+                      context_mib: float = CONTEXT_MIB) -> tuple[list[Record], dict[str, int]]:
     """History rows of the finished GPU jobs that carry a spec and trusted measurements, and the
     count of the others by reason (a bad spec skips its job, never aborts the run)."""
     from slurm_liquid.slurm.parse import latest_runs  # one row per job id, its last run
 
     records, skipped = [], Counter()
     for job in latest_runs(list(jobs)):
-        row = _row(job, catalog, allow_standin)
+        row = _row(job, catalog, allow_standin, context_mib)
         if isinstance(row, str):
             skipped[row] += 1
         else:
@@ -152,10 +153,11 @@ def score(records: Sequence[Record], model: corr.Correction | None) -> Score:
                  sum(e < m for e, m in zip(est, meas)) / len(records))
 
 
-def fit_records(records: Sequence[Record], method: str = "rf", quantile: float = 0.9, seed: int = 0,
+def fit_records(records: Sequence[Record], method: str = "gbr", quantile: float = 0.9, seed: int = 0,
                 meta: dict[str, Any] | None = None) -> corr.Correction:
     x = [corr.features(r.entry, r.spec, r.prior) for r in records]
-    return corr.fit(x, [target(r) for r in records], method, quantile, seed, meta)
+    return corr.fit(x, [target(r) for r in records], method, quantile, seed, meta,
+                    groups=[r.entry.name for r in records])
 
 
 # --- retraining and installing ------------------------------------------------------------------
@@ -196,7 +198,7 @@ def judge(prior: Score, current: Score | None, new: Score) -> tuple[bool, str]:
 
 
 def retrain(records: Sequence[Record], current: corr.Correction | None, holdout: float = 0.25,
-            seed: int = 0, method: str = "rf", quantile: float = 0.9,
+            seed: int = 0, method: str = "gbr", quantile: float = 0.9,
             meta: dict[str, Any] | None = None) -> Report:
     """Fit on a seeded random (1 - holdout) of the jobs, score on the rest, refit on all."""
     if not 0 < holdout < 1:

@@ -2,6 +2,8 @@
 
 peak tensors = weights + gradients + optimizer state
                + max(activations + backward temporaries, optimizer-step temporaries)
+(the 16-bit weight copies of mixed precision, part of `weights`, live from forward to backward
+only: the optimizer-step branch does not stack on them)
 per-GPU need = CUDA context + tensors x (1 + allocator slack)
 
 Activations: convolutional/vision models scale a measured per-sample coefficient (catalogue) with
@@ -184,10 +186,13 @@ def breakdown(entry: ModelEntry, spec: JobSpec, gpus: int = 1, sharding: str | N
         layers = max(entry.layers or 0, 8)
         compute_bytes = 4.0 if precision == "fp32" else 2.0
         weights = params * min(w_bytes, 4.0) / n + 2 * params / layers * compute_bytes
+    # autocast's 16-bit weight copies are saved for backward and freed by it: gone at the step
+    mixed = precision in ("fp16", "amp", "bf16") and sharding not in ("zero3", "fsdp")
+    copies = params * (w_bytes - 4.0) if mixed else 0.0
     mb = micro_batch(spec, n)
     acts = activation_bytes(entry, spec, mb)
-    # peak = states + max(activations + backward temporaries, optimizer-step temporaries)
-    temporaries = max(BACKWARD_TEMP * acts, step_temp - acts)
+    # peak = master states + max(copies + activations + backward temporaries, step temporaries)
+    temporaries = max(BACKWARD_TEMP * acts, step_temp - acts - copies)
     tensors = weights + grads + states + acts + temporaries
     return Breakdown(weights=weights, gradients=grads, optimizer=states, activations=acts,
                      temporaries=temporaries, context=context_mib * MIB, slack=ALLOCATOR_SLACK * tensors,

@@ -51,6 +51,23 @@ def test_site_file_adds_models_and_gpus(tmp_path):
     assert table.default == "mi100" and table.gpus_per_node == 4
 
 
+def test_site_cuda_context_moves_every_estimate(tmp_path):
+    # older CUDA without lazy module loading: the published BERT-large runs reported 1343 MB
+    from slurm_liquid.estimate.api import estimate
+    from slurm_liquid.jobspec import JobSpec
+
+    site = tmp_path / "site.json"
+    site.write_text(json.dumps({"defaults": {"context_mib": 1343}}))
+    job = JobSpec.from_values({"model": "bert-large", "batch-size": "4", "seq-len": "512"})
+    plain, eager = (estimate(job, "v100-16gb", site=s, correction="none") for s in (None, str(site)))
+    assert load_gpu_table().context_mib == 800 and load_gpu_table(str(site)).context_mib == 1343
+    assert eager.prior.total - plain.prior.total == pytest.approx(543 * 2 ** 20)
+    bad = tmp_path / "bad.json"    # another path: tables are cached per site file
+    bad.write_text(json.dumps({"defaults": {"context_mib": "lots"}}))
+    with pytest.raises(UsageError, match="defaults.context_mib"):
+        load_gpu_table(str(bad))
+
+
 @pytest.mark.parametrize("content, field", [
     ("{not json", "not valid"), (json.dumps({"models": [{"name": "x", "family": "cnn"}]}), "params"),
     (json.dumps({"models": [{"name": "x", "family": "gan", "params": 3}]}), "family"),

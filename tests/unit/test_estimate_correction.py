@@ -41,10 +41,42 @@ def test_rf_export_matches_sklearn_mean():
     x, y = _data()
     fitted = corr.fit(x, y, method="rf")
     sk = RandomForestRegressor(n_estimators=100, min_samples_leaf=2, max_features=0.6,
-                               oob_score=True, random_state=0).fit(x, y)
+                               random_state=0).fit(x, y)
     for row in x[:10]:
         assert fitted.log_ratio(row) - fitted.margin == pytest.approx(
             min(max(sk.predict([row])[0], corr.LOG_RATIO_BOUNDS[0]), corr.LOG_RATIO_BOUNDS[1]))
+
+
+def test_conformal_margin_uses_the_finite_sample_level():
+    residuals = np.arange(1.0, 11.0)           # 10 residuals: ceil(11 * 0.9) / 10 = 1.0 -> the max
+    assert corr.conformal_margin(residuals, 0.9) == 10.0
+    assert corr.conformal_margin(residuals, 0.5) == 6.0   # ceil(5.5) / 10 = 0.6 -> 6th value
+
+
+def _grouped(n_groups, rows_per_group, seed):
+    """Each model has its own offset that no feature explains, and its rows share a parameter
+    count (feature 0): a forest can learn a seen model's offset, not a new one's."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0, 1, size=(n_groups * rows_per_group, len(corr.FEATURES)))
+    x[:, 0] = np.repeat(rng.uniform(6, 10, n_groups), rows_per_group)
+    x[:, 2:] = np.round(x[:, 2:])               # flags (precision, checkpointing, ...)
+    offsets = np.repeat(rng.normal(0, 0.15, n_groups), rows_per_group)
+    y = 0.3 * x[:, 1] + offsets + rng.normal(0, 0.02, len(x))
+    return x, y, [f"model{i // rows_per_group}" for i in range(len(x))]
+
+
+@pytest.mark.parametrize("method", ["rf", "gbr"])
+def test_calibration_by_whole_models_covers_models_never_seen(method):
+    x, y, groups = _grouped(30, 12, seed=3)
+    new_x, new_y, _ = _grouped(60, 12, seed=103)   # other models, other offsets
+    by_model = corr.fit(x, y, method, quantile=0.9, groups=groups)
+    by_row = corr.fit(x, y, method, quantile=0.9)
+    under = {name: np.mean([c.log_ratio(r) < t for r, t in zip(new_x, new_y)])
+             for name, c in (("model", by_model), ("row", by_row))}
+    # random-row folds see every model in training: a margin too small for a new one
+    assert under["model"] <= 0.12 < under["row"] and by_model.margin > by_row.margin
+    assert "grouped by model (5 folds of 30 models)" == by_model.meta["calibration"]
+    assert by_row.meta["calibration"].startswith("random rows")
 
 
 def test_output_is_clamped():

@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 from slurm_liquid.errors import UsageError
 from slurm_liquid.estimate.api import estimate
 from slurm_liquid.estimate.catalog import load_catalog
-from slurm_liquid.estimate.prior import MIB, breakdown, resolve_entry
+from slurm_liquid.estimate.prior import BACKWARD_TEMP, MIB, breakdown, resolve_entry
 from slurm_liquid.jobspec import JobSpec
 
 CATALOG = load_catalog()
@@ -76,6 +76,20 @@ def test_mixed_precision_halves_cnn_activations():
     entry = CATALOG.lookup("resnet50")
     fp32, amp = (breakdown(entry, spec(model="resnet50", batch_size=128, precision=p)) for p in ("fp32", "amp"))
     assert amp.activations == pytest.approx(0.55 * fp32.activations) and amp.total < fp32.total
+
+
+def test_mixed_precision_weight_copies_do_not_stack_on_the_optimizer_step():
+    # vgg16 at batch 1: the Adam step is the peak. Autocast's 16-bit weight copies are freed by
+    # backward, so the step's peak is the fp32 one (the CPU harness measured 2895 MiB for both).
+    entry = CATALOG.lookup("vgg16")
+    fp32, amp = (breakdown(entry, spec(model="vgg16", batch_size=1, image_size=96, precision=p))
+                 for p in ("fp32", "amp"))
+    assert amp.weights == 6 * entry.params
+    assert amp.tensors == pytest.approx(fp32.tensors)
+    # ...while with large activations the copies count (they are saved for backward)
+    big = breakdown(entry, spec(model="vgg16", batch_size=256, precision="amp"))
+    assert big.tensors == pytest.approx(6 * entry.params + big.gradients + big.optimizer
+                                        + big.activations * (1 + BACKWARD_TEMP))
 
 
 def test_unknown_model_without_params_is_a_usage_error():
