@@ -26,6 +26,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--penalty", type=float, default=30.0)
     ap.add_argument("--baselines", default="drf,optimus,tiresias,fifo")
+    ap.add_argument("--reference", action="store_true", help="also run the oracle SRTF reference (reference.py)")
     ap.add_argument("--out", required=True)
     ap.add_argument("policies", nargs="*", metavar="LABEL=FILE")
     args = ap.parse_args()
@@ -33,6 +34,11 @@ def main() -> int:
     speed = OracleSpeedModel(config.gpus_per_node)
     workloads = load_workload(BUNDLED_WORKLOADS)
     entries = [(b, lambda b=b: make_policy(b, None, speed)) for b in args.baselines.split(",") if b]
+    if args.reference:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from reference import OracleSRTF
+
+        entries.append(("srtf-oracle", lambda: OracleSRTF(speed)))
     for item in args.policies:
         label, _, path = item.partition("=")
         entries.append((label, lambda path=path: make_policy("dl2", None, speed, policy_file=path)))

@@ -1,31 +1,34 @@
 #!/bin/sh
 # Reproduce the shipped DL2 policies, the ablations and the report (run from the repository root,
 # in the background: nohup nice sh benchmarks/dl2/train_all.sh > benchmarks/dl2/runs/train_all.log 2>&1 &).
-# RL runs checkpoint every 10 episodes and resume with --resume. Training workloads are Philly-derived only.
+# RL runs checkpoint every 10 episodes and resume with --resume. Training workloads are Philly samples
+# drawn like the Pollux artifact's (other seeds), 160 jobs each, run to their end.
 set -e
 R=benchmarks/dl2/runs
-EP=${EPISODES:-60}  # the committed runs did 40, then --resume to 60 (replay buffer restarts empty)
-AEP=${ABLATION_EPISODES:-10}
-RL="--lr 1e-4 --validation-jobs 40 --resume"
+EP=${EPISODES:-100}
+AEP=${ABLATION_EPISODES:-30}
+RL="--lr 1e-4 --updates 16 --resume"
 mkdir -p $R
 # 1. supervised warm-up on DRF's decisions (one serves both penalties: DRF ignores the penalty)
-slurm-liquid policy train --supervised --out $R/warm.npz --warmup-workloads 12 --warmup-epochs 3 --curves benchmarks/dl2/dl2
+slurm-liquid policy train --supervised --out $R/warm.npz --warmup-workloads 8 --warmup-epochs 3 --curves benchmarks/dl2/dl2
 # 2. actor-critic RL from the warm-up, one policy per restart penalty (keeps the best validated weights)
 slurm-liquid policy train --rl --init $R/warm.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
 slurm-liquid policy train --rl --init $R/warm.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-p150.npz --curves benchmarks/dl2/rl-p150
 wait
 cp $R/rl-p30.npz slurm_liquid/policy/dl2/trained/dl2-p30.npz
 cp $R/rl-p150.npz slurm_liquid/policy/dl2/trained/dl2-p150.npz
-# 3. evaluation on the 8 Pollux workloads against the baselines
+# 3. evaluation on the 8 Pollux workloads against the baselines and the oracle SRTF reference
 for P in 30 150; do
-  python benchmarks/dl2/evaluate.py --penalty $P --out $R/eval-rl-p$P.json dl2=$R/rl-p$P.npz &
+  python benchmarks/dl2/evaluate.py --penalty $P --reference --out $R/eval-rl-p$P.json dl2=$R/rl-p$P.npz &
   python benchmarks/dl2/evaluate.py --penalty $P --baselines "" --out $R/eval-warm-p$P.json warm-up=$R/warm.npz
   wait
 done
 # 4. ablations at 30 s (validation curve only), same settings as the full run
-for A in no-critic no-replay no-job-aware; do
-  slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --eval-every $AEP --last --$A --out $R/abl-$A.npz --curves benchmarks/dl2/abl-$A &
+for A in no-critic no-replay; do
+  slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --last --$A --out $R/abl-$A.npz --curves benchmarks/dl2/abl-$A &
 done
-slurm-liquid policy train --rl --episodes $AEP $RL --eval-every $AEP --last --out $R/abl-no-warmup.npz --curves benchmarks/dl2/abl-no-warmup
+wait
+slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --last --no-job-aware --out $R/abl-no-job-aware.npz --curves benchmarks/dl2/abl-no-job-aware &
+slurm-liquid policy train --rl --episodes $AEP $RL --last --out $R/abl-no-warmup.npz --curves benchmarks/dl2/abl-no-warmup
 wait
 python benchmarks/dl2/report.py

@@ -182,6 +182,41 @@ def load_philly(path: str | Path = PHILLY_CSV, jobs: int = 1000, seed: int = 0,
     return specs
 
 
+def sample_philly(path: str | Path = PHILLY_CSV, jobs: int = 160, seed: int = 0, start_hour: int = 2,
+                  hours: int = 8, time_scale: float = 1.0) -> list[JobSpec]:
+    """A workload drawn the way the Pollux artifact's generator drew its 8 (SIMULATOR.md 2).
+
+    `jobs` Philly jobs sampled at random among those submitted, once the clock is shifted back
+    `start_hour` hours, in the first `hours` hours of a day; each arrives at that time of day
+    (times `time_scale`: 0.25 keeps the load of 160 jobs with 40); its application follows the
+    GPU-time bands and its (GPUs, batch) is one of the application's tuned configurations, chosen
+    at random. Same sampler, different seeds: what a policy is trained on has the evaluation
+    workloads' job mix without being one of them.
+    """
+    if jobs <= 0:
+        raise UsageError(f"philly: jobs={jobs} must be positive")
+    if not time_scale > 0:
+        raise UsageError(f"philly: time_scale={time_scale} must be positive")
+    if not 0 < hours <= 24:
+        raise UsageError(f"philly: hours={hours} must lie in (0, 24]")
+    rows = _philly_rows(Path(path).resolve())
+    day = 24 * 3600
+    in_window = [(ts, gpu_time) for ts, _, gpu_time in rows if (ts - start_hour * 3600) % day < hours * 3600]
+    if len(in_window) < jobs:
+        raise UsageError(f"philly: only {len(in_window)} jobs in the {hours} h window, {jobs} asked")
+    rng = np.random.default_rng(seed)
+    picks = rng.choice(len(in_window), size=jobs, replace=False)
+    drawn = []
+    for i in picks:
+        ts, gpu_time = in_window[i]
+        app = philly_app(gpu_time / 3600, rng)
+        replicas, batch = TUNED[app][int(rng.integers(len(TUNED[app])))]
+        drawn.append(((ts - start_hour * 3600) % day * time_scale, app, replicas, batch))
+    drawn.sort(key=lambda d: d[0])
+    return [_check(JobSpec(f"{app}-{k}", round(t, 3), app, n, b, source=f"philly sample {k}"))
+            for k, (t, app, n, b) in enumerate(drawn)]
+
+
 def load_workload(path: str | Path) -> dict[str, list[JobSpec]]:
     """A file gives one workload; a directory gives each of its *.csv files, by stem."""
     path = Path(path)

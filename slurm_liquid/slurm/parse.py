@@ -339,13 +339,19 @@ def _duration_s(value: str) -> int | None:
 
 
 def jobs_from_document(doc: Mapping[str, Any], command: str) -> list[Job]:
-    check_document(doc, command)
     if not command.startswith("sacct"):
+        check_document(doc, command)
         return [job_from_squeue(raw) for raw in doc.get("jobs") or []]
+    return latest_runs(runs_from_document(doc, command))
+
+
+def runs_from_document(doc: Mapping[str, Any], command: str = "sacct") -> list[Job]:
+    """Every run `sacct --json` recorded, a requeued job's earlier runs included, oldest first."""
+    check_document(doc, command)
     # When a step's record reaches slurmdbd before its job's, slurmdbd stores a placeholder
     # (name "allocation", no partition, partial nodes) and fills it in later; seen on 22.05 under
     # load. Every real job has a partition, so a record without one is not reported yet.
-    return latest_runs([job for job in map(job_from_sacct, doc.get("jobs") or []) if job.partition])
+    return [job for job in map(job_from_sacct, doc.get("jobs") or []) if job.partition]
 
 
 def latest_runs(jobs: list[Job]) -> list[Job]:

@@ -100,3 +100,14 @@ def test_export_turns_a_checkpoint_into_a_policy_file(tmp_path, capsys):
     loaded, meta = load_policy(tmp_path / "p.npz")
     assert np.array_equal(loaded["W0"], best["W0"]) and "kept episode 2" in meta["stages"][-1]
     assert main(["policy", "export", str(tmp_path / "p.npz"), "--out", str(tmp_path / "q.npz")]) == 2
+
+
+def test_window_order_is_read_from_the_file_and_older_files_keep_arrival_order(tmp_path):
+    params = new_params(8, 2, seed=4)
+    old = save_policy(tmp_path / "old.npz", params, {"window": 32, "layers": 2})
+    new = save_policy(tmp_path / "new.npz", params, {"window": 32, "layers": 2, "window_order": "service"})
+    assert make_policy("dl2", policy_file=str(old)).order == "arrival"
+    assert make_policy("dl2", policy_file=str(new)).order == "service"
+    odd = save_policy(tmp_path / "odd.npz", params, {"window": 32, "layers": 2, "window_order": "random"})
+    with pytest.raises(UsageError, match="window_order 'random'"):
+        make_policy("dl2", policy_file=str(odd))

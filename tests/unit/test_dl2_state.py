@@ -52,6 +52,21 @@ def test_jobs_beyond_the_window_keep_what_they_hold_if_it_fits():
     assert full.counts() == [4, 3, 1, 0]  # one GPU left: the third job falls back to its minimum
 
 
+def test_the_window_takes_the_least_served_jobs_and_counts_come_back_in_arrival_order():
+    view = _view(4, held=(2, 0, 0, 1))
+    jobs = list(view.jobs)
+    jobs[0] = JobView("j0", 0.0, 1, allocation=(("n0", 2),), max_gpus=4, app="cifar10", batch_size=256,
+                      attained_gpu_seconds=7200.0)
+    view = ClusterView(100.0, view.nodes, tuple(jobs))
+    state = SlotState(view, window=3)
+    assert [j.id for j in state.jobs] == ["j1", "j2", "j3"] and [j.id for j in state.beyond] == ["j0"]
+    state.apply(0)
+    state.apply(2)
+    assert state.counts() == [2, 1, 0, 1]  # j0, beyond the window, keeps its 2 GPUs
+    arrival = SlotState(view, window=3, order="arrival")
+    assert [j.id for j in arrival.jobs] == ["j0", "j1", "j2"]
+
+
 def test_teacher_sequence_reproduces_drf_counts():
     sim = Simulator(small_workload(3, jobs=12, gap=30), CONFIG)
     drf = make_policy("drf")
@@ -60,12 +75,12 @@ def test_teacher_sequence_reproduces_drf_counts():
     while view is not None and checked < 40:
         actions = drf.decide(view)
         target = teacher_counts(view, actions)
-        state = SlotState(view, window=32, speed=OracleSpeedModel(4))
+        state = SlotState(view, window=32, speed=OracleSpeedModel(4))  # least-service order
         while True:
             valid = state.valid()
             if not valid.any():
                 break
-            a = target_sequence(state.assigned, target, valid)
+            a = target_sequence(state.assigned, state.window_targets(target), valid, state.index)
             if a == len(state.jobs):
                 break
             state.apply(a)

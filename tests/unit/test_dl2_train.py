@@ -50,10 +50,26 @@ def test_returns_share_the_slot_return_and_discount_across_slots():
 
     step = Step(np.zeros((1, 1)), np.ones(1, bool), 0)
     slots = [Slot([step, step], reward=1.0), Slot([step], reward=2.0)]
-    assert [g for _, g in returns(slots, 0.5, bootstrap=4.0)] == [1 + 0.5 * (2 + 0.5 * 4)] * 2 + [2 + 0.5 * 4]
+    assert [g for _, g, _ in returns(slots, 0.5, bootstrap=4.0)] == [1 + 0.5 * (2 + 0.5 * 4)] * 2 + [2 + 0.5 * 4]
+    # With the critic's values: TD errors 1 + 0.5*3 - 2 = 0.5 and 2 + 0.5*4 - 3 = 1, summed with gamma*lambda.
+    gae = returns(slots, 0.5, bootstrap=4.0, values=[2.0, 3.0], lam=0.5)
+    assert [a for _, _, a in gae] == [0.5 + 0.25 * 1.0] * 2 + [1.0]
+    assert [t for _, t, _ in gae] == [2.75, 2.75, 4.0]
+
+
+def test_explored_actions_carry_their_behaviour_probability():
+    params = new_params(8, 2, seed=3)
+    policy = DL2Policy(params, window=8, speed=SPEED, sample=True, explore=1.0, seed=2)
+    policy.record = []
+    Simulator(small_workload(11, jobs=4), CONFIG).run(policy)
+    steps = [s for slot in policy.record for s in slot.steps]
+    assert steps and all(0 < s.behaviour <= 1 for s in steps)
+    # always exploring: every action is a uniform pick among the jobs that can take a GPU
+    assert all(s.behaviour == pytest.approx(1 / s.valid[:-1].sum()) for s in steps)
 
 
 def _rl(episodes, state=None, **kw):
+    kw.setdefault("critic_warmup", 0)
     cfg = RLConfig(episodes=episodes, jobs=6, pool=2, max_slots=40, updates=2, batch_size=64, window=8, **kw)
     if state is None:
         params = new_params(8, 2, seed=1)
@@ -85,6 +101,13 @@ def test_rl_resumes_from_its_state_and_ablations_run():
     assert resumed.episode == 2 and [r["episode"] for r in resumed.curve] == [0, 1, 2]
     for kw in ({"critic": False}, {"replay": False}, {"job_aware": False}):
         assert _rl(1, **kw).episode == 1
+
+
+def test_critic_warmup_fits_the_value_head_and_leaves_the_policy_alone():
+    start = new_params(8, 2, seed=1)
+    trained = _rl(2, critic_warmup=2)
+    assert all(np.array_equal(trained.params[k], start[k]) for k in start if k not in ("wv", "bv"))
+    assert not np.array_equal(trained.params["wv"], start["wv"])
 
 
 def test_greedy_policy_is_deterministic():

@@ -6,7 +6,8 @@ import pytest
 
 from slurm_liquid.cli import main
 from slurm_liquid.errors import UsageError
-from slurm_liquid.sim.workload import BUNDLED_WORKLOADS, load_philly, load_pollux_csv, load_workload
+from slurm_liquid.sim.workload import (BUNDLED_WORKLOADS, TUNED, load_philly, load_pollux_csv, load_workload,
+                                      sample_philly)
 
 HEADER = "name,time,application,num_replicas,batch_size\n"
 
@@ -93,6 +94,19 @@ def test_philly_workload_is_seeded_and_fits_the_traces() -> None:
     assert len(a) == 300 and a[0].time == 0
     assert all(1 <= s.num_replicas <= 64 for s in a)
     assert [s.time for s in a] == sorted(s.time for s in a)
+
+
+def test_philly_sample_is_drawn_like_the_artifacts_workloads() -> None:
+    a = sample_philly(jobs=160, seed=7)
+    assert a == sample_philly(jobs=160, seed=7) and a != sample_philly(jobs=160, seed=8)
+    assert len(a) == 160 and all(0 <= s.time < 8 * 3600 for s in a)
+    assert all((s.num_replicas, s.batch_size) in TUNED[s.application] for s in a)
+    apps = {s.application for s in a}
+    assert {"ncf", "cifar10", "bert", "deepspeech2"} <= apps  # the GPU-time bands' mix, as in the 8 workloads
+    quarter = sample_philly(jobs=40, seed=7, time_scale=0.25)
+    assert all(s.time < 2 * 3600 for s in quarter)
+    with pytest.raises(UsageError, match="hours=30"):
+        sample_philly(jobs=10, hours=30)
 
 
 def test_duplicate_job_names_are_named(tmp_path, capsys) -> None:

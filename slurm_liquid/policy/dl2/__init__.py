@@ -13,6 +13,17 @@ from slurm_liquid.policy.base import SpeedModel
 from slurm_liquid.policy.dl2.agent import DL2Policy
 
 
+def window_order_of(meta: dict) -> str:
+    """The window order a policy file was trained with (files from before the choice: arrival)."""
+    from slurm_liquid.errors import UsageError
+    from slurm_liquid.policy.dl2.state import WINDOW_ORDERS
+
+    order = meta.get("window_order", "arrival")
+    if order not in WINDOW_ORDERS:
+        raise UsageError(f"policy file has window_order {order!r}; this slurm-liquid knows {', '.join(WINDOW_ORDERS)}")
+    return order
+
+
 def make_dl2(policy_file: str | Path | None = None, placer: Placer | None = None,
              speed: SpeedModel | None = None) -> DL2Policy:
     """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file trained
@@ -22,7 +33,7 @@ def make_dl2(policy_file: str | Path | None = None, placer: Placer | None = None
     from slurm_liquid.policy.dl2.io import load_policy
 
     params, meta = load_policy(policy_file)
-    return DL2Policy(params, window=int(meta["window"]), placer=placer,
+    return DL2Policy(params, window=int(meta["window"]), placer=placer, order=window_order_of(meta),
                      speed=speed if meta.get("speed", True) else None)
 
 

@@ -22,6 +22,7 @@ class Step:
     x: np.ndarray
     valid: np.ndarray
     action: int
+    behaviour: float = 1.0  # probability the acting policy (exploration included) gave `action`
 
 
 @dataclass
@@ -44,9 +45,10 @@ class DL2Policy:
 
     def __init__(self, params: Params | None, window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
                  placer: Placer | None = None, sample: bool = False, explore: float = 0.0,
-                 job_aware: bool = True, seed: int = 0) -> None:
+                 job_aware: bool = True, seed: int = 0, order: str = "service") -> None:
         self.params = params
         self.window = window
+        self.order = order
         self.speed = speed
         self.placer = placer or MostFreeGreedy()
         self.sample = sample
@@ -59,20 +61,24 @@ class DL2Policy:
     def reset(self) -> None:
         self.rng = np.random.default_rng(self.seed)
 
-    def choose(self, x: np.ndarray, valid: np.ndarray) -> int:
+    def choose(self, x: np.ndarray, valid: np.ndarray) -> tuple[int, float]:
+        """The action, and the probability with which it was chosen (for off-policy correction)."""
         present = np.ones(len(x), dtype=bool)
         fw = forward(self.params, x[None], present[None], valid[None])
         if not self.sample:
-            return int(np.argmax(fw.logp[0]))
-        if self.explore and self.rng.random() < self.explore:
-            jobs = np.flatnonzero(valid[:-1]) if self.job_aware else np.flatnonzero(valid)
-            if len(jobs):
-                return int(self.rng.choice(jobs))
-        p = fw.prob[0]
-        return int(self.rng.choice(len(p), p=p / p.sum()))
+            return int(np.argmax(fw.logp[0])), 1.0
+        p = fw.prob[0] / fw.prob[0].sum()
+        jobs = (np.flatnonzero(valid[:-1]) if self.job_aware else np.flatnonzero(valid)) if self.explore else ()
+        if len(jobs) and self.rng.random() < self.explore:
+            action = int(self.rng.choice(jobs))
+        else:
+            action = int(self.rng.choice(len(p), p=p))
+        uniform = 1.0 / len(jobs) if action in jobs else 0.0
+        explore = self.explore if len(jobs) else 0.0
+        return action, float((1 - explore) * p[action] + explore * uniform)
 
     def allocate(self, view: ClusterView) -> list[int]:
-        state = SlotState(view, self.window, self.speed)
+        state = SlotState(view, self.window, self.speed, self.order)
         slot = Slot() if self.record is not None else None
         stop = len(state.jobs)
         while True:
@@ -80,9 +86,9 @@ class DL2Policy:
             if not valid.any():
                 break
             x = state.matrix()
-            action = self.choose(x, valid)
+            action, behaviour = self.choose(x, valid)
             if slot is not None:
-                slot.steps.append(Step(x, valid, action))
+                slot.steps.append(Step(x, valid, action, behaviour))
             if action == stop:
                 break
             state.apply(action)
@@ -96,4 +102,5 @@ class DL2Policy:
 
             self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
             self.window = int(meta.get("window", self.window))
+            self.order = meta.get("window_order", "arrival")
         return apply_counts(self.placer, view, self.allocate(view))

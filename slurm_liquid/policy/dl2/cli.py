@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.policy.dl2 import window_order_of
+from slurm_liquid.policy.dl2.state import WINDOW_ORDERS
 
-TEACHERS = ("drf", "fifo", "tiresias", "optimus")
+TEACHERS = ("drf", "fifo", "tiresias", "optimus", "sacct")
+HELD_OUT_SHARE = 0.15  # of an accounting history's slots, the latest, for measuring agreement
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -20,20 +23,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--rl", action="store_true", help="actor-critic fine-tuning (after the warm-up, or from --init)")
     t.add_argument("--out", required=True, metavar="FILE.npz", help="where to write the trained policy")
     t.add_argument("--init", metavar="FILE.npz", help="start from this policy file instead of random weights")
-    t.add_argument("--teacher", default="drf", choices=TEACHERS, help="scheduler to imitate in the warm-up (default drf)")
+    t.add_argument("--teacher", default="drf", choices=TEACHERS,
+                   help="scheduler to imitate in the warm-up (default drf); sacct: the site's own, from --history")
+    t.add_argument("--history", metavar="SACCT.json",
+                   help="with --teacher sacct: a saved `sacct --json --allocations` document of the site's jobs")
     t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
     t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
     t.add_argument("--warmup-epochs", type=int, default=8, metavar="N")
     t.add_argument("--episodes", type=int, default=100, metavar="N", help="RL episodes (default 100)")
-    t.add_argument("--jobs", type=int, default=40, metavar="N", help="Philly jobs per training workload (default 40)")
+    t.add_argument("--jobs", type=int, default=160, metavar="N",
+                   help="Philly jobs per training workload (default 160, as each evaluation workload)")
+    t.add_argument("--max-slots", type=int, default=2000, metavar="N",
+                   help="cut a training workload after N slots (default 2000: run it to the end)")
     t.add_argument("--hidden", type=int, default=64, metavar="H", help="units per hidden layer (default 64)")
     t.add_argument("--layers", type=int, default=2, metavar="L")
     t.add_argument("--window", type=int, default=32, metavar="K", help="jobs the network sees per slot (default 32)")
+    t.add_argument("--window-order", default="service", choices=WINDOW_ORDERS,
+                   help="which jobs fill the window: least attained service first (default) or earliest arrival")
     t.add_argument("--lr", type=float, default=None, help="Adam step (default 1e-3 warm-up, 3e-4 RL)")
     t.add_argument("--entropy", type=float, default=0.01)
     t.add_argument("--explore", type=float, default=0.05, help="job-aware exploration probability (default 0.05)")
     t.add_argument("--reward", default="jct", choices=("jct", "progress"),
                    help="jct: minus active jobs per slot (default); progress: DL2's normalised progress")
+    t.add_argument("--updates", type=int, default=8, metavar="N", help="minibatch updates per RL episode (default 8)")
+    t.add_argument("--critic-warmup", type=int, default=10, metavar="N",
+                   help="RL episodes that fit the critic alone before the policy changes (default 10)")
     t.add_argument("--eval-every", type=int, default=10, metavar="N", help="validate every N episodes (default 10)")
     t.add_argument("--restart-weight", type=float, default=1.0, help="weight of the restart cost in the reward")
     t.add_argument("--no-critic", action="store_true", help="ablation: REINFORCE with a mean baseline")
@@ -41,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--no-job-aware", action="store_true", help="ablation: no job-aware exploration")
     t.add_argument("--last", action="store_true",
                    help="keep the last RL weights (default: the ones with the best validation JCT, warm start included)")
-    t.add_argument("--validation-jobs", type=int, default=60, metavar="N", help="jobs per validation workload (default 60)")
+    t.add_argument("--validation-jobs", type=int, default=160, metavar="N", help="jobs per validation workload (default 160)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--checkpoint", metavar="FILE.npz", help="RL checkpoint (default: OUT with .ckpt.npz)")
     t.add_argument("--resume", action="store_true", help="continue RL from the checkpoint if it exists")
@@ -70,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
         return export(args)
     if not (args.supervised or args.rl):
         raise UsageError("policy train: give --supervised, --rl, or both")
+    if args.supervised and (args.teacher == "sacct") != bool(args.history):
+        raise UsageError("policy train: --teacher sacct and --history SACCT.json go together")
     if args.rl and not args.supervised and not args.init:
         print("note: RL from random weights (no --supervised, no --init)", file=sys.stderr)
     return train(args, load_policy)
 
 
 def train(args: argparse.Namespace, load_policy) -> int:
-    from slurm_liquid.policy import make_policy
     from slurm_liquid.policy.dl2 import train as T
     from slurm_liquid.policy.dl2.io import load_arrays, save_policy
     from slurm_liquid.policy.dl2.net import Adam
@@ -85,37 +100,38 @@ def train(args: argparse.Namespace, load_policy) -> int:
 
     config = ClusterConfig(restart_penalty=args.restart_penalty)
     speed = OracleSpeedModel(config.gpus_per_node)
-    meta: dict = {"window": args.window, "hidden": args.hidden, "layers": args.layers, "seed": args.seed,
+    meta: dict = {"window": args.window, "window_order": args.window_order, "hidden": args.hidden, "layers": args.layers, "seed": args.seed,
                   "restart_penalty": args.restart_penalty, "speed": True, "stages": []}
     if args.init:
         params, init_meta = load_policy(args.init)
         meta.update({k: init_meta[k] for k in ("window", "hidden", "layers") if k in init_meta})
+        meta["window_order"] = window_order_of(init_meta)
         meta["stages"] = init_meta.get("stages", []) + [f"init from {Path(args.init).name}"]
         meta["training"] = init_meta.get("training", {})
     else:
         params = T.new_params(args.hidden, args.layers, args.seed)
     meta.setdefault("training", {})
     if args.supervised:
-        seeds = [args.seed * 1000 + k for k in range(args.warmup_workloads + 2)]
-        teacher = make_policy(args.teacher, None, speed)
-        steps = []
-        for k, s in enumerate(seeds):
-            steps.append(T.collect_teacher(T.philly_workload(s, args.jobs), teacher, config, args.window, speed, max_slots=300))
-            _say({"stage": "collect", "workload": k + 1, "of": len(seeds), "decisions": len(steps[-1])})
-        train_steps = [x for chunk in steps[:-2] for x in chunk]
-        held = [x for chunk in steps[-2:] for x in chunk]
+        if args.teacher == "sacct":
+            train_steps, held, source = _history_steps(args.history, config, meta)
+        else:
+            train_steps, held, source = _teacher_steps(args, config, speed, meta)
+        if not train_steps or not held:
+            raise UsageError(f"policy train: the {args.teacher} warm-up found no decisions to learn from "
+                             f"({len(train_steps)} for training, {len(held)} held out)")
         res = T.supervised(params, train_steps, held, epochs=args.warmup_epochs, lr=args.lr or 1e-3,
                            seed=args.seed, progress=_say)
         meta["stages"].append(f"supervised on {args.teacher}")
-        meta["training"]["warmup"] = {"teacher": args.teacher, "philly_seeds": seeds[:-2], "held_out_seeds": seeds[-2:],
-                                      "jobs": args.jobs, "decisions": len(train_steps),
+        meta["training"]["warmup"] = {"teacher": args.teacher, **source, "decisions": len(train_steps),
                                       "held_out_agreement": res.curve[-1]["held_out_agreement"] if res.curve else None}
         if args.curves:
             T.write_curves(res.curve, f"{args.curves}-warmup", f"warm-up on {args.teacher}")
     if args.rl:
         cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-4, entropy=args.entropy, explore=args.explore,
                          job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
-                         restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs, seed=args.seed, window=int(meta["window"]))
+                         restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs, max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
+                         seed=args.seed, window=int(meta["window"]),
+                         window_order=meta["window_order"])
         ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
         state = T.TrainState(params, Adam(params, lr=cfg.lr))
         if args.resume and ckpt.is_file():
@@ -149,13 +165,46 @@ def train(args: argparse.Namespace, load_policy) -> int:
         meta["curve"] = state.curve
         if args.curves:
             T.write_curves(state.curve, f"{args.curves}-rl", f"RL, restart penalty {args.restart_penalty:g} s")
-    meta["training"]["workloads"] = "Philly-derived (load_philly, arrivals rescaled to 173 s mean gap); never the 8 Pollux workloads"
+    meta["training"]["workloads"] = ("Philly samples drawn like the Pollux artifact's workloads (sample_philly, other seeds, "
+                                     "arrivals compressed to the 160-job load); never the 8 Pollux workloads")
     from slurm_liquid import __version__
 
     meta["slurm_liquid_version"] = __version__
     out = save_policy(args.out, params, meta)
     print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+def _teacher_steps(args: argparse.Namespace, config, speed, meta: dict) -> tuple[list, list, dict]:
+    """A simulated teacher on Philly samples: all but the last two workloads train, those two are held out."""
+    from slurm_liquid.policy import make_policy
+    from slurm_liquid.policy.dl2 import train as T
+
+    seeds = [args.seed * 1000 + k for k in range(args.warmup_workloads + 2)]
+    teacher = make_policy(args.teacher, None, speed)
+    steps = []
+    for k, s in enumerate(seeds):
+        steps.append(T.collect_teacher(T.philly_workload(s, args.jobs), teacher, config, int(meta["window"]), speed,
+                                       max_slots=args.max_slots, order=meta["window_order"]))
+        _say({"stage": "collect", "workload": k + 1, "of": len(seeds), "decisions": len(steps[-1])})
+    return ([x for chunk in steps[:-2] for x in chunk], [x for chunk in steps[-2:] for x in chunk],
+            {"philly_seeds": seeds[:-2], "held_out_seeds": seeds[-2:], "jobs": args.jobs})
+
+
+def _history_steps(path: str, config, meta: dict) -> tuple[list, list, dict]:
+    """The site's own decisions from its accounting: the latest slots are held out. No speed model:
+    history says nothing of how fast a job would have run on another GPU count."""
+    from slurm_liquid.policy.dl2.history import history_slots, load_history
+    from slurm_liquid.policy.dl2.train import imitation_steps
+
+    records = load_history(path)
+    slots = list(history_slots(records, config.interval, config.restart_penalty))
+    cut = len(slots) - max(1, round(HELD_OUT_SHARE * len(slots))) if len(slots) > 1 else len(slots)
+    steps = [imitation_steps(view, counts, int(meta["window"]), None, meta["window_order"]) for view, counts in slots]
+    _say({"stage": "collect", "history": Path(path).name, "runs": len(records), "slots": len(slots),
+          "decisions": sum(map(len, steps))})
+    return ([x for chunk in steps[:cut] for x in chunk], [x for chunk in steps[cut:] for x in chunk],
+            {"history": Path(path).name, "runs": len(records), "slots": len(slots), "held_out_slots": len(slots) - cut})
 
 
 def export(args: argparse.Namespace) -> int:

@@ -1,7 +1,10 @@
 """DL2's state and action loop for all-reduce GPU jobs (DL2 paper section 4, adapted).
 
 One scheduling slot is a loop of decisions. Each decision sees a matrix with one row per job
-in the window (the first `window` active jobs in arrival order) and a final "stop" row. A job
+in the window (the first `window` active jobs in the window order: least attained GPU service
+first, ties by arrival, as Tiresias and Pollux rank jobs, so that a job that just arrived is
+always among those decided; files trained before that ordering use arrival order) and a final
+"stop" row. A job
 row holds: application (one-hot), time since submission, GPU-hours attained, progress (epoch
 over epochs), GPUs held now, GPUs given so far in this slot, how far ahead of the least-served
 unsaturated job it is, whether one more GPU changes its current allocation (a restart), its
@@ -13,7 +16,7 @@ cluster size.
 Actions: "+1 GPU to job j" (a job at 0 first gets its minimum: 1 if elastic, its request if
 rigid) or "stop" (legal once some job holds GPUs in this slot). The loop runs until stop or until no job can take a GPU; then jobs beyond
 the window keep what they hold if it still fits, else get their minimum while GPUs remain,
-in arrival order. Scaling the batch is not an action: the simulated jobs train at a fixed
+in window order. Scaling the batch is not an action: the simulated jobs train at a fixed
 batch.
 """
 
@@ -35,18 +38,32 @@ STOP_FLAG = JOB_FEATURES - 1
 ASSIGNED, AHEAD, CHANGES, SPEEDUP, REMAINING, FREE = 10, 11, 12, 16, 17, JOB_FEATURES
 
 
+WINDOW_ORDERS = ("service", "arrival")
+
+
 def minimum(job: JobView) -> int:
     return job.min_gpus if job.elastic else job.gpus
+
+
+def window_order(view: ClusterView, order: str) -> list[int]:
+    """Indices into `view.jobs` in the order the window takes them."""
+    if order == "arrival":
+        return list(range(len(view.jobs)))
+    if order != "service":
+        raise ValueError(f"unknown window order {order!r} (known: {', '.join(WINDOW_ORDERS)})")
+    return sorted(range(len(view.jobs)), key=lambda i: (view.jobs[i].attained_gpu_seconds, i))
 
 
 class SlotState:
     """The evolving state of one slot's decision loop."""
 
-    def __init__(self, view: ClusterView, window: int, speed: SpeedModel | None = None) -> None:
+    def __init__(self, view: ClusterView, window: int, speed: SpeedModel | None = None,
+                 order: str = "service") -> None:
         self.view = view
         self.window = window
-        self.jobs: list[JobView] = list(view.jobs[:window])
-        self.beyond: list[JobView] = list(view.jobs[window:])
+        self.index = window_order(view, order)  # position in view.jobs of each window row, then the rest
+        self.jobs: list[JobView] = [view.jobs[i] for i in self.index[:window]]
+        self.beyond: list[JobView] = [view.jobs[i] for i in self.index[window:]]
         self.speed = speed
         self.total = view.total_gpus
         self.free = self.total
@@ -67,7 +84,7 @@ class SlotState:
             row[8] = job.epoch / job.epochs if job.epochs else 0.0
             row[9] = self.current[i] / 16
             row[13] = self.upper[i] / 64
-            row[14] = i / window
+            row[14] = self.index[i] / window  # arrival rank among the active jobs
             row[15] = math.log1p(job.restarts)
             row[18] = 1.0 if speed is not None else 0.0
         self.base[n, STOP_FLAG] = 1.0
@@ -124,7 +141,8 @@ class SlotState:
         self.free -= inc
 
     def counts(self) -> list[int]:
-        """GPU counts for every active job: the window's from the loop, the rest by the beyond-window rule."""
+        """GPU counts for every active job, in `view.jobs` order: the window's from the loop,
+        the rest by the beyond-window rule."""
         free = self.free
         extra = []
         for job in self.beyond:
@@ -133,15 +151,25 @@ class SlotState:
                 want = minimum(job) if minimum(job) <= free else 0
             extra.append(want)
             free -= want
-        return [int(a) for a in self.assigned] + extra
+        out = [0] * len(self.index)
+        for i, n in zip(self.index, [int(a) for a in self.assigned] + extra):
+            out[i] = n
+        return out
+
+    def window_targets(self, counts: Sequence[int]) -> list[int]:
+        """Per window row, its entry of `counts` (given in `view.jobs` order)."""
+        return [counts[i] for i in self.index[:self.window]]
 
 
-def target_sequence(assigned: Sequence[int], target: Sequence[int], valid: np.ndarray) -> int:
+def target_sequence(assigned: Sequence[int], target: Sequence[int], valid: np.ndarray,
+                    arrival: Sequence[int] | None = None) -> int:
     """The teacher's next action towards `target` counts: the least-served job still short of
-    its target (ties: earliest arrival), or stop. This turns any scheduler's allocation into
-    DL2's "+1 GPU" sequence, and for DRF reproduces its water-filling order exactly."""
+    its target (ties: earliest `arrival`, default the row order), or stop. This turns any
+    scheduler's allocation into DL2's "+1 GPU" sequence, and for DRF reproduces its
+    water-filling order exactly."""
+    rank = range(len(assigned)) if arrival is None else arrival
     best = -1
     for i, (a, t) in enumerate(zip(assigned, target)):
-        if a < t and valid[i] and (best < 0 or a < assigned[best]):
+        if a < t and valid[i] and (best < 0 or (a, rank[i]) < (assigned[best], rank[best])):
             best = i
     return best if best >= 0 else len(assigned)

@@ -1,14 +1,11 @@
 """Training DL2: supervised warm-up on an existing scheduler's decisions, then actor-critic RL.
 
-Training workloads come from the Philly trace (`load_philly`), never from the 8 evaluation
-workloads: `philly_workload(seed)` takes consecutive Philly jobs and rescales their arrival
-gaps to the evaluation workloads' mean rate, so the load is comparable.
+Training workloads come from the Philly trace, never from the 8 evaluation workloads:
+`philly_workload(seed)` samples it with the Pollux artifact's generator and other seeds.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import logging
 import math
@@ -27,28 +24,15 @@ from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.workload import JobSpec
 
 log = logging.getLogger(__name__)
-EVAL_GAP_S = 173.0  # the 8 Pollux workloads: 160 jobs over ~27,700 s
+EVAL_JOBS = 160  # each of the 8 Pollux workloads: 160 jobs over 8 hours
 
 
-@functools.lru_cache(maxsize=4)
-def _philly_pool(seed: int, size: int) -> tuple[JobSpec, ...]:
-    from slurm_liquid.sim.workload import load_philly
+def philly_workload(seed: int, jobs: int = 40) -> list[JobSpec]:
+    """`jobs` Philly jobs drawn as the Pollux artifact drew its workloads (`sample_philly`), their
+    arrivals compressed by jobs / 160 so that the load matches the evaluation workloads'."""
+    from slurm_liquid.sim.workload import sample_philly
 
-    return tuple(load_philly(jobs=size, seed=seed))
-
-
-def philly_workload(seed: int, jobs: int = 40, gap_s: float = EVAL_GAP_S, pool: int = 3000) -> list[JobSpec]:
-    """`jobs` jobs drawn at random from `pool` consecutive Philly jobs, arriving as a Poisson
-    process of mean gap `gap_s` (the evaluation workloads' rate), as the Pollux artifact's
-    workload generator samples Philly. Consecutive Philly jobs alone come in same-user bursts
-    (40 cifar10 runs), which teaches little."""
-    rng = np.random.default_rng(seed)
-    source = _philly_pool(seed % 4, pool)
-    picks = sorted(rng.choice(len(source), size=min(jobs, len(source)), replace=False))
-    times = np.cumsum(rng.exponential(gap_s, len(picks)))
-    times -= times[0]
-    return [dataclasses.replace(source[i], name=f"{source[i].application}-{k}", time=round(float(t), 3))
-            for k, (i, t) in enumerate(zip(picks, times))]
+    return sample_philly(jobs=jobs, seed=seed, time_scale=jobs / EVAL_JOBS)
 
 
 # -- supervised warm-up ----------------------------------------------------------------------
@@ -57,11 +41,31 @@ def teacher_counts(view: ClusterView, actions) -> list[int]:
     return [sum(g for _, g in new.get(j.id, j.allocation)) for j in view.jobs]
 
 
+def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFAULT_WINDOW,
+                    speed: SpeedModel | None = None, order: str = "service") -> list[Step]:
+    """One slot of a scheduler's decisions (`counts`, per job of `view.jobs`) as DL2's "+1 GPU"
+    sequence: the (state, action) pairs the warm-up learns from."""
+    state = SlotState(view, window, speed, order)
+    target = state.window_targets(counts)
+    steps: list[Step] = []
+    while True:
+        valid = state.valid()
+        if not valid.any():
+            break
+        label = target_sequence(state.assigned, target, valid, state.index[:window])
+        if not valid[label]:  # the teacher idles the whole cluster: DL2 cannot, so nothing to learn
+            break
+        steps.append(Step(state.matrix(), valid, label))
+        if label == len(state.jobs):
+            break
+        state.apply(label)
+    return steps
+
+
 def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterConfig,
                     window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
-                    max_slots: int | None = None) -> list[Step]:
-    """Run `teacher` on a workload (at most `max_slots` slots); every slot becomes DL2's
-    "+1 GPU" sequence towards the teacher's counts."""
+                    max_slots: int | None = None, order: str = "service") -> list[Step]:
+    """Run `teacher` on a workload (at most `max_slots` slots) and learn from every slot."""
     sim = Simulator(specs, config)
     teacher.reset()
     samples: list[Step] = []
@@ -70,19 +74,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
     while view is not None and (max_slots is None or slots < max_slots):
         slots += 1
         actions = teacher.decide(view)
-        target = teacher_counts(view, actions)[:window]
-        state = SlotState(view, window, speed)
-        while True:
-            valid = state.valid()
-            if not valid.any():
-                break
-            label = target_sequence(state.assigned, target, valid)
-            if not valid[label]:  # the teacher idles the whole cluster: DL2 cannot, so nothing to learn
-                break
-            samples.append(Step(state.matrix(), valid, label))
-            if label == len(state.jobs):
-                break
-            state.apply(label)
+        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order))
         view = sim.step(actions)
     return samples
 
@@ -158,6 +150,8 @@ class RLConfig:
     replay_size: int = 50_000
     batch_size: int = 256
     updates: int = 8  # minibatch updates per episode
+    critic_warmup: int = 10  # first episodes: fit the value head alone, the policy untouched
+    gae_lambda: float = 0.95
     restart_weight: float = 1.0  # restart cost in units of the progress (or time) the penalty wastes
     reward: str = "jct"  # "progress": DL2's normalised progress; "jct": minus the jobs waiting or running
     jobs: int = 40  # Philly jobs per training episode
@@ -165,6 +159,7 @@ class RLConfig:
     pool: int = 16  # distinct training workloads, cycled
     seed: int = 0
     window: int = DEFAULT_WINDOW
+    window_order: str = "service"
 
 
 def restart_cost(view: ClusterView, actions, reward: float, running: int, weight: float, interval: float) -> tuple[int, float]:
@@ -205,15 +200,45 @@ def rollout(policy: DL2Policy, sim: Simulator, weight: float,
     return slots, view
 
 
-def returns(slots: Sequence[Slot], gamma: float, bootstrap: float = 0.0) -> list[tuple[Step, float]]:
-    """(step, discounted return of its slot): the steps of one slot share the slot's return.
-    `bootstrap` is the value of the state after the last slot (0 at the end of a workload)."""
-    out: list[tuple[Step, float]] = []
-    g = bootstrap
-    for slot in reversed(slots):
+def returns(slots: Sequence[Slot], gamma: float, bootstrap: float = 0.0, values: Sequence[float] | None = None,
+            lam: float = 1.0) -> list[tuple[Step, float, float]]:
+    """(step, value target, advantage) per step; the steps of one slot share their slot's.
+
+    With the critic's `values` of each slot's first state, advantages are generalised advantage
+    estimates (GAE, `lam`) and targets are advantage + value: far less noisy than a whole
+    episode's return when 60 decisions share each slot's reward. Without values, both are the
+    discounted return (REINFORCE). `bootstrap` is the value of the state after the last slot
+    (0 at the end of a workload)."""
+    v = list(values) if values is not None else [0.0] * len(slots)
+    out: list[tuple[Step, float, float]] = []
+    adv, g, nxt = 0.0, bootstrap, bootstrap
+    for slot, value in zip(reversed(slots), reversed(v)):
         g = slot.reward + gamma * g
-        out.extend((s, g) for s in reversed(slot.steps))
+        if values is None:
+            target = adv = g
+        else:
+            adv = slot.reward + gamma * nxt - value + gamma * lam * adv
+            target = adv + value
+        out.extend((s, target, adv) for s in reversed(slot.steps))
+        nxt = value
     out.reverse()
+    return out
+
+
+def slot_values(params: Params, slots: Sequence[Slot], scale: float) -> list[float]:
+    """The critic's value (in reward units) of each slot's first decision; a slot without decisions
+    takes the next slot's."""
+    firsts = [(i, s.steps[0]) for i, s in enumerate(slots) if s.steps]
+    found: dict[int, float] = {}
+    for lo in range(0, len(firsts), 1024):
+        chunk = firsts[lo:lo + 1024]
+        x, present, valid, _ = batch([s for _, s in chunk])
+        fw = forward(params, x, present, valid)
+        found.update({i: float(v) * scale for (i, _), v in zip(chunk, fw.value)})
+    out, carry = [0.0] * len(slots), 0.0
+    for i in reversed(range(len(slots))):
+        carry = found.get(i, carry)
+        out[i] = carry
     return out
 
 
@@ -231,32 +256,52 @@ class TrainState:
             self.best = (jct, self.episode, {k: v.copy() for k, v in self.params.items()})
 
 
-def rl_update(state: TrainState, fresh: list[tuple[Step, float]], buffer: list[tuple[Step, float]],
+Sample = tuple[Step, float, float]  # (decision, value target, advantage), in reward units
+
+
+def rl_update(state: TrainState, fresh: list[Sample], buffer: list[Sample],
               cfg: RLConfig, rng: np.random.Generator) -> dict:
-    """Actor-critic minibatch updates on fresh samples mixed with replayed ones."""
+    """Actor-critic minibatch updates on fresh samples mixed with replayed ones.
+
+    Exploration and replay make the samples off-policy: each policy-gradient term is weighted by
+    min(1, pi(a) / behaviour(a)) (truncated importance sampling, as in V-trace), so a randomly
+    explored GPU, which the policy itself would almost never give, moves it only as much as its
+    own probability warrants."""
     scale = state.reward_scale / (1 - cfg.gamma)  # value targets of order one
     stats = {"loss": [], "entropy": []}
     for _ in range(cfg.updates):
         picks = [fresh[i] for i in rng.integers(0, len(fresh), cfg.batch_size)]
         if cfg.replay and buffer:
             picks += [buffer[i] for i in rng.integers(0, len(buffer), cfg.batch_size)]
-        x, present, valid, actions = batch([s for s, _ in picks])
-        targets = np.array([g for _, g in picks]) / scale
+        x, present, valid, actions = batch([s for s, _, _ in picks])
+        targets = np.array([g for _, g, _ in picks]) / scale
         fw = forward(state.params, x, present, valid)
-        baseline = fw.value if cfg.critic else np.full(len(targets), targets.mean())
-        adv = targets - baseline
+        if cfg.critic:
+            adv = np.array([a for _, _, a in picks])
+        else:
+            adv = targets - targets.mean()
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-        loss, grads = loss_and_grads(state.params, fw, actions, adv, targets if cfg.critic else None,
-                                     cfg.entropy, cfg.value_coef if cfg.critic else 0.0)
+        behaviour = np.array([s.behaviour for s, _, _ in picks])
+        adv *= np.minimum(1.0, np.exp(fw.logp[np.arange(len(actions)), actions]) / np.maximum(behaviour, 1e-12))
+        # A warm-started actor next to an untrained critic: advantages from random values and the
+        # value error's gradient through the shared layers would both undo the warm-up, so the value
+        # head learns alone first.
+        fit_critic_only = cfg.critic and state.episode < cfg.critic_warmup
+        loss, grads = loss_and_grads(state.params, fw, actions, adv * (not fit_critic_only),
+                                     targets if cfg.critic else None, cfg.entropy * (not fit_critic_only),
+                                     cfg.value_coef if cfg.critic else 0.0)
+        if fit_critic_only:
+            grads = {k: g if k in ("wv", "bv") else np.zeros_like(g) for k, g in grads.items()}
         state.opt.step(state.params, grads)
         stats["loss"].append(loss)
         stats["entropy"].append(float(-(np.where(fw.valid, fw.prob * fw.logp, 0.0)).sum(axis=1).mean()))
     return {k: float(np.mean(v)) for k, v in stats.items()}
 
 
-def state_value(params: Params, view: ClusterView, window: int, speed: SpeedModel | None) -> float:
+def state_value(params: Params, view: ClusterView, window: int, speed: SpeedModel | None,
+                order: str = "service") -> float:
     """The critic's (scaled) value of the first decision of a slot at `view`."""
-    state = SlotState(view, window, speed)
+    state = SlotState(view, window, speed, order)
     x = state.matrix()
     valid = state.valid()
     if not valid.any():
@@ -265,10 +310,11 @@ def state_value(params: Params, view: ClusterView, window: int, speed: SpeedMode
 
 
 def evaluate(params: Params, workloads: dict[str, Sequence[JobSpec]], config: ClusterConfig,
-             speed: SpeedModel | None, window: int = DEFAULT_WINDOW, max_slots: int = 2000) -> float:
+             speed: SpeedModel | None, window: int = DEFAULT_WINDOW, max_slots: int = 2000,
+             order: str = "service") -> float:
     """Mean over workloads of the greedy policy's mean JCT (s). A run still going after
     `max_slots` slots (a poor early policy) counts unfinished jobs at their age: a lower bound."""
-    policy = DL2Policy(params, window=window, speed=speed)
+    policy = DL2Policy(params, window=window, speed=speed, order=order)
     means = []
     for name, specs in workloads.items():
         sim = Simulator(specs, config, name)
@@ -288,9 +334,9 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
              checkpoint: Callable[[TrainState], None] | None = None,
              progress: Callable[[dict], None] | None = None) -> TrainState:
     """Run episodes `state.episode`..`cfg.episodes`; resumable from a checkpointed `state`."""
-    buffer: list[tuple[Step, float]] = []
+    buffer: list[Sample] = []
     if validation and state.episode == 0 and not state.curve:  # the starting point (e.g. the warm-up)
-        jct = evaluate(state.params, validation, config, speed, cfg.window)
+        jct = evaluate(state.params, validation, config, speed, cfg.window, order=cfg.window_order)
         state.note_validation(jct)
         state.curve.append({"episode": 0, "validation_avg_jct_s": jct})
         if progress:
@@ -301,7 +347,7 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
         t0 = time.perf_counter()
         explore = cfg.explore * (1 - 0.9 * e / max(1, cfg.episodes - 1))
         policy = DL2Policy(state.params, window=cfg.window, speed=speed, sample=True, explore=explore,
-                           job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e)
+                           job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e, order=cfg.window_order)
         if not cfg.job_aware:
             policy.explore = 0.0  # the ablation: exploration only from the softmax's own sampling
         sim = Simulator(pool[e % cfg.pool], config, f"train-{e % cfg.pool}")
@@ -313,8 +359,11 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
             if not cfg.critic:  # no critic to bootstrap with: drop the slots whose return the cut distorts
                 slots = slots[:max(1, len(slots) - int(1 / (1 - cfg.gamma)))]
             else:
-                tail = state_value(state.params, last_view, cfg.window, speed) * state.reward_scale / (1 - cfg.gamma)
-        fresh = returns(slots, cfg.gamma, tail)
+                tail = state_value(state.params, last_view, cfg.window, speed,
+                                   cfg.window_order) * state.reward_scale / (1 - cfg.gamma)
+        scale = state.reward_scale / (1 - cfg.gamma)
+        fresh = returns(slots, cfg.gamma, tail,
+                        slot_values(state.params, slots, scale) if cfg.critic else None, cfg.gae_lambda)
         rng = np.random.default_rng([cfg.seed, e])
         stats = rl_update(state, fresh, buffer, cfg, rng) if fresh else {"loss": math.nan, "entropy": math.nan}
         if cfg.replay:
@@ -326,7 +375,8 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
                "restarts": sum(s.restarts for s in slots),
                "explore": explore, "seconds": time.perf_counter() - t0, **stats}
         if validation and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
-            row["validation_avg_jct_s"] = evaluate(state.params, validation, config, speed, cfg.window)
+            row["validation_avg_jct_s"] = evaluate(state.params, validation, config, speed, cfg.window,
+                                                   order=cfg.window_order)
             state.note_validation(row["validation_avg_jct_s"])
         state.curve.append(row)
         if progress:
