@@ -15,6 +15,7 @@ from typing import Iterator
 
 import pytest
 
+from slurm_liquid.policy.dl2.history import history_slots, load_history
 from slurm_liquid.record import Record
 from tests.integration.cluster import Cluster, wait_for
 from tests.integration.test_submission import daemon, finished, sbatch, write
@@ -70,7 +71,7 @@ def run_workload(cluster: Cluster, policy: str, jobs: int = 3, steps: int = 1500
     return jct, done
 
 
-def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: Cluster) -> None:
+def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: Cluster, tmp_path) -> None:
     cluster = elastic_cluster
     results = {}
     for policy in ("dl2", "static"):
@@ -87,6 +88,19 @@ def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: C
     assert resized and all(j.restarts >= 1 for j in resized), [j.comment for j in dl2_jobs]
     assert max(j.gpus for j in dl2_jobs) > 1
     assert results["static"][1] == 0      # static never touches a job
+    # The same accounting is a warm-up history for DL2 (`policy train --teacher sacct`): with --duplicates
+    # every run of a resized job is a record of its own, so the replay sees its GPU count change.
+    ids = ",".join(str(j.job_id) for j in dl2_jobs)
+    saved = cluster.exec("slurmctld", "sacct", "--json", "--allocations", "--duplicates", "-j", ids)
+    assert saved.returncode == 0, saved.stderr
+    (tmp_path / "history.json").write_text(saved.stdout)
+    runs = load_history(tmp_path / "history.json")
+    assert len(runs) > len(dl2_jobs)      # the runs before each resize are records too
+    seen: dict[str, set[int]] = {}
+    for view, counts in history_slots(runs, interval=5.0):
+        for job, gpus in zip(view.jobs, counts):
+            seen.setdefault(job.id, set()).add(gpus)
+    assert any(len(counts - {0}) > 1 for counts in seen.values()), seen
     print(f"\naverage JCT on Slurm {cluster.slurm}: dl2 {results['dl2'][0]:.0f} s "
           f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s")
 

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--teacher", default="drf", choices=TEACHERS,
                    help="scheduler to imitate in the warm-up (default drf); sacct: the site's own, from --history")
     t.add_argument("--history", metavar="SACCT.json",
-                   help="with --teacher sacct: a saved `sacct --json --allocations` document of the site's jobs")
+                   help="with --teacher sacct: a saved `sacct --json --allocations --duplicates` document of the site's jobs")
     t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
     t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
     t.add_argument("--warmup-epochs", type=int, default=8, metavar="N")

@@ -1,7 +1,8 @@
 """Warm-up from what a site's scheduler actually did: `sacct --json` records replayed as DL2 slots.
 
 A site starts DL2 from its own scheduler's behaviour (DL2 paper section 5.1) by saving its
-accounting, `sacct --json --allocations -S <start> > history.json`, and running
+accounting, `sacct --json --allocations --duplicates -S <start> > history.json` (--duplicates: every
+run of a requeued job, not only its last), and running
 `slurm-liquid policy train --supervised --teacher sacct --history history.json`.
 
 Every run Slurm recorded (a requeued or resized job's earlier runs included) held its GPUs
