@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--teacher", default="drf", choices=TEACHERS,
                    help="scheduler to imitate in the warm-up (default drf); sacct: the site's own, from --history")
     t.add_argument("--history", metavar="SACCT.json",
-                   help="with --teacher sacct: a saved `sacct --json --allocations --duplicates` document of the site's jobs")
+                   help="with --teacher sacct: the site's jobs as saved by `sacct --json --allocations --duplicates`")
     t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
     t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
     t.add_argument("--warmup-epochs", type=int, default=8, metavar="N")
@@ -100,7 +100,8 @@ def train(args: argparse.Namespace, load_policy) -> int:
 
     config = ClusterConfig(restart_penalty=args.restart_penalty)
     speed = OracleSpeedModel(config.gpus_per_node)
-    meta: dict = {"window": args.window, "window_order": args.window_order, "hidden": args.hidden, "layers": args.layers, "seed": args.seed,
+    meta: dict = {"window": args.window, "window_order": args.window_order, "hidden": args.hidden,
+                  "layers": args.layers, "seed": args.seed,
                   "restart_penalty": args.restart_penalty, "speed": True, "stages": []}
     if args.init:
         params, init_meta = load_policy(args.init)
@@ -129,9 +130,9 @@ def train(args: argparse.Namespace, load_policy) -> int:
     if args.rl:
         cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-4, entropy=args.entropy, explore=args.explore,
                          job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
-                         restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs, max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
-                         seed=args.seed, window=int(meta["window"]),
-                         window_order=meta["window_order"])
+                         restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs,
+                         max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
+                         seed=args.seed, window=int(meta["window"]), window_order=meta["window_order"])
         ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
         state = T.TrainState(params, Adam(params, lr=cfg.lr))
         if args.resume and ckpt.is_file():

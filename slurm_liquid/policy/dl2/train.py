@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 EVAL_JOBS = 160  # each of the 8 Pollux workloads: 160 jobs over 8 hours
 
 
-def philly_workload(seed: int, jobs: int = 40) -> list[JobSpec]:
+def philly_workload(seed: int, jobs: int = EVAL_JOBS) -> list[JobSpec]:
     """`jobs` Philly jobs drawn as the Pollux artifact drew its workloads (`sample_philly`), their
     arrivals compressed by jobs / 160 so that the load matches the evaluation workloads'."""
     from slurm_liquid.sim.workload import sample_philly
@@ -154,8 +154,8 @@ class RLConfig:
     gae_lambda: float = 0.95
     restart_weight: float = 1.0  # restart cost in units of the progress (or time) the penalty wastes
     reward: str = "jct"  # "progress": DL2's normalised progress; "jct": minus the jobs waiting or running
-    jobs: int = 40  # Philly jobs per training episode
-    max_slots: int = 300  # episode cut (5 h of 60 s slots), bootstrapped by the critic
+    jobs: int = 160  # Philly jobs per training episode
+    max_slots: int = 2000  # episode cut, bootstrapped by the critic (2000: a whole workload)
     pool: int = 16  # distinct training workloads, cycled
     seed: int = 0
     window: int = DEFAULT_WINDOW
