@@ -96,7 +96,9 @@ def test_export_turns_a_checkpoint_into_a_policy_file(tmp_path, capsys):
                                               "policy_meta": {"window": 32, "layers": 2, "stages": ["warm"]},
                                               "best": [100.0, 2]},
                 extra={f"best_{k}": v for k, v in best.items()})
-    assert main(["policy", "export", str(tmp_path / "c.npz"), "--out", str(tmp_path / "p.npz")]) == 0
+    assert main(["policy", "export", str(tmp_path / "c.npz"), "--out", str(tmp_path / "p.npz"),
+                 "--curves", str(tmp_path / "run")]) == 0
+    assert (tmp_path / "run-rl.csv").read_text().splitlines()[1] == "3"  # the checkpoint's curve
     loaded, meta = load_policy(tmp_path / "p.npz")
     assert np.array_equal(loaded["W0"], best["W0"]) and "kept episode 2" in meta["stages"][-1]
     assert main(["policy", "export", str(tmp_path / "p.npz"), "--out", str(tmp_path / "q.npz")]) == 2

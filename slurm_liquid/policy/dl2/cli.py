@@ -64,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     x.add_argument("checkpoint", metavar="CKPT.npz")
     x.add_argument("--out", required=True, metavar="FILE.npz")
     x.add_argument("--last", action="store_true", help="the last weights (default: the best validated ones)")
+    x.add_argument("--curves", metavar="PREFIX", help="write the run's learning curve to PREFIX-rl.csv/png")
     i = sub.add_parser("info", help="print a policy file's metadata")
     i.add_argument("file", metavar="FILE.npz")
 
@@ -222,4 +223,8 @@ def export(args: argparse.Namespace) -> int:
         meta["stages"].append(f"kept episode {cmeta['best'][1]} (best validation mean JCT {cmeta['best'][0]:.0f} s)")
     meta["curve"] = cmeta.get("curve", [])
     print(f"wrote {save_policy(args.out, params, meta)}", file=sys.stderr)
+    if args.curves:
+        from slurm_liquid.policy.dl2.train import write_curves
+
+        write_curves(meta["curve"], f"{args.curves}-rl", f"RL, restart penalty {meta.get('restart_penalty', 30):g} s")
     return 0

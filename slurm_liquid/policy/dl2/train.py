@@ -422,7 +422,8 @@ def write_curves(curve: list[dict], path: str | Path, title: str) -> Path | None
         ax.plot([r[xkey] for r in curve], [r["held_out_agreement"] for r in curve], label="held-out agreement")
     ax.set_xlabel(xkey)
     ax.set_title(title)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(path.with_suffix(".png"), dpi=100)
     plt.close(fig)
