@@ -28,7 +28,8 @@ def _merge(penalty: int) -> dict | None:
     pol = {"dl2": rl["policies"]["dl2"]}
     if warm:
         pol["dl2 warm-up only"] = warm["policies"]["warm-up"]
-    pol.update({k: v for k, v in rl["policies"].items() if k != "dl2"})
+    names = {"shipped": "dl2 shipped (trained/)"}  # the files `--policy dl2` loads, beside this run's
+    pol.update({names.get(k, k): v for k, v in rl["policies"].items() if k != "dl2"})
     return {"restart_penalty": rl["restart_penalty"], "policies": pol}
 
 
@@ -112,7 +113,7 @@ def _validation(prefix: str) -> dict[int, float]:
 
 
 def _ablation_rows() -> dict | None:
-    rows = {"full": _validation("rl-p30-rl")}
+    rows = {"full": _validation("abl-full-rl") or _validation("rl-p30-rl")}  # the run the ablations mirror
     for name in ("no-warmup", "no-critic", "no-replay", "no-job-aware"):
         v = _validation(f"abl-{name}-rl")
         if v:
@@ -171,7 +172,7 @@ def main() -> None:
     if abl:
         lines += ["## Ablations (restart penalty 30 s, validation on 2 held-out Philly samples)", "",
                   "Mean JCT (s) of the greedy policy on the validation samples after the same number of RL episodes; "
-                  "'full' is the main run's curve (`rl-p30`).", "",
+                  "'full' is the same run with nothing removed.", "",
                   "| variant | " + " | ".join(f"episode {e}" for e in abl["episodes"]) + " |",
                   "|---" * (len(abl["episodes"]) + 1) + "|"]
         for name, vals in abl["rows"].items():

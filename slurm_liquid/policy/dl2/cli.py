@@ -154,6 +154,10 @@ def train(args: argparse.Namespace, load_policy) -> int:
                                           "best": list(st.best[:2]) if st.best else None},
                         extra={**st.opt.state(), **({f"best_{k}": v for k, v in st.best[2].items()} if st.best else {})})
 
+        # in the checkpoints too, so that a policy exported from an interrupted run says how it was trained
+        meta["training"]["rl"] = {**dataclasses.asdict(cfg), "philly_pool_seeds": [10_000 + cfg.seed * 1000 + k for k in range(cfg.pool)],
+                                  "reward_definition": {"jct": "-(active jobs + restarts x penalty/interval) per slot",
+                                                         "progress": "normalised progress per slot - restart cost"}[cfg.reward]}
         validation = {f"philly-{s}": T.philly_workload(s, args.validation_jobs) for s in (20_000 + args.seed, 20_001 + args.seed)}
         T.train_rl(state, cfg, config, speed, validation, eval_every=args.eval_every, checkpoint=checkpoint, progress=_say)
         params = state.params
@@ -161,9 +165,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
         if state.best is not None and not args.last:
             params = state.best[2]
             meta["stages"].append(f"kept episode {state.best[1]} (best validation mean JCT {state.best[0]:.0f} s)")
-        meta["training"]["rl"] = {**dataclasses.asdict(cfg), "philly_pool_seeds": [10_000 + cfg.seed * 1000 + k for k in range(cfg.pool)],
-                                  "reward_definition": {"jct": "-(active jobs + restarts x penalty/interval) per slot",
-                                                         "progress": "normalised progress per slot - restart cost"}[cfg.reward], "reward_scale": state.reward_scale}
+        meta["training"]["rl"]["reward_scale"] = state.reward_scale
         meta["curve"] = state.curve
         if args.curves:
             T.write_curves(state.curve, f"{args.curves}-rl", f"RL, restart penalty {args.restart_penalty:g} s")
