@@ -98,9 +98,7 @@ def _declared(job: Job) -> tuple[int, int | None, str | None, int | None]:
         spec = parse_directives(record.spec)
     except LiquidError:
         return 1, None, None, None
-    low, high = 1, None
-    if spec.elastic:
-        low, high = (int(x) for x in spec.elastic.split(":"))
+    low, high = (spec.min_gpus or 1, spec.max_gpus) if spec.elastic else (1, None)
     return low, high, TRACE_APPS.get(spec.model or ""), spec.batch_size
 
 
@@ -160,10 +158,14 @@ def history_slots(records: Sequence[Job], interval: float = 60.0,
     nodes = tuple(NodeView(n, g) for n, g in sorted(node_capacity(jobs).items()) if g > 0)
     if not jobs or not nodes:
         return
-    t = min(j.submit for j in jobs) + interval
-    while t < horizon:
+    t = jobs[0].submit + interval  # jobs are sorted by submission
+    arrived, active = 0, []
+    while t < horizon:  # one pass: a month of accounting is 43,200 slots
         before = t - interval
-        active = [j for j in jobs if j.submit <= t and (j.left is None or t < j.left)]
+        while arrived < len(jobs) and jobs[arrived].submit <= t:
+            active.append(jobs[arrived])
+            arrived += 1
+        active = [j for j in active if j.left is None or t < j.left]
         if active:
             views = tuple(_view(j, t, before) for j in active)
             yield (ClusterView(t, nodes, views, restart_penalty),
