@@ -5,6 +5,10 @@
 
 Writes one JSON object: per policy label, the mean JCT per workload and overall, makespan,
 restarts and wall time. Baselines (drf, optimus, tiresias, fifo) run in the same process.
+
+With `--philly N` the workloads are instead N held-out Philly samples (160 jobs each, seeds
+30000 on: drawn like the 8, used by no training or RL validation run). That is where a new policy
+is compared with the shipped one before it replaces it, so that the 8 stay a test set.
 """
 
 from __future__ import annotations
@@ -17,9 +21,12 @@ import time
 from pathlib import Path
 
 from slurm_liquid.policy import make_policy
+from slurm_liquid.policy.dl2.train import philly_workload
 from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 from slurm_liquid.sim.workload import BUNDLED_WORKLOADS, load_workload
+
+HELD_OUT_SEED = 30_000  # training draws Philly seeds from 0 and 10_000, RL validation from 20_000
 
 
 def main() -> int:
@@ -27,12 +34,17 @@ def main() -> int:
     ap.add_argument("--penalty", type=float, default=30.0)
     ap.add_argument("--baselines", default="drf,optimus,tiresias,fifo")
     ap.add_argument("--reference", action="store_true", help="also run the oracle SRTF reference (reference.py)")
+    ap.add_argument("--philly", type=int, default=0, metavar="N",
+                    help="evaluate on N held-out Philly samples instead of the 8 Pollux workloads")
     ap.add_argument("--out", required=True)
     ap.add_argument("policies", nargs="*", metavar="LABEL=FILE")
     args = ap.parse_args()
     config = ClusterConfig(restart_penalty=args.penalty)
     speed = OracleSpeedModel(config.gpus_per_node)
-    workloads = load_workload(BUNDLED_WORKLOADS)
+    if args.philly:
+        workloads = {f"philly-{s}": philly_workload(s, 160) for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.philly)}
+    else:
+        workloads = load_workload(BUNDLED_WORKLOADS)
     entries = [(b, lambda b=b: make_policy(b, None, speed)) for b in args.baselines.split(",") if b]
     if args.reference:
         sys.path.insert(0, str(Path(__file__).parent))
@@ -42,7 +54,7 @@ def main() -> int:
     for item in args.policies:
         label, _, path = item.partition("=")
         entries.append((label, lambda path=path: make_policy("dl2", None, speed, policy_file=path)))
-    out = {"restart_penalty": args.penalty, "policies": {}}
+    out = {"restart_penalty": args.penalty, "workloads": sorted(workloads), "policies": {}}
     for label, build in entries:
         t0 = time.perf_counter()
         policy = build()

@@ -113,3 +113,13 @@ def test_window_order_is_read_from_the_file_and_older_files_keep_arrival_order(t
     odd = save_policy(tmp_path / "odd.npz", params, {"window": 32, "layers": 2, "window_order": "random"})
     with pytest.raises(UsageError, match="window_order 'random'"):
         make_policy("dl2", policy_file=str(odd))
+
+
+@pytest.mark.parametrize("flag", ["--window", "--validation-workloads", "--validation-jobs", "--jobs", "--episodes"])
+def test_train_refuses_counts_below_one(tmp_path, capsys, flag):
+    from slurm_liquid.cli import main
+
+    assert main(["policy", "train", "--rl", "--out", str(tmp_path / "p.npz"), flag, "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"{flag} must be at least 1, not 0" in err
+    assert not (tmp_path / "p.npz").exists()

@@ -10,9 +10,7 @@ from slurm_liquid.placement.base import Placer
 from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.policy.base import Action, ClusterView, SpeedModel, apply_counts
 from slurm_liquid.policy.dl2.net import Params, forward
-from slurm_liquid.policy.dl2.state import SlotState
-
-DEFAULT_WINDOW = 32
+from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, SlotState
 
 
 @dataclass

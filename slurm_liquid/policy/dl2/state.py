@@ -39,6 +39,7 @@ ASSIGNED, AHEAD, CHANGES, SPEEDUP, REMAINING, FREE = 10, 11, 12, 16, 17, JOB_FEA
 
 
 WINDOW_ORDERS = ("service", "arrival")
+DEFAULT_WINDOW = 64  # rows the network sees; the Pollux workloads reach 49 active jobs
 
 
 def minimum(job: JobView) -> int:
