@@ -37,6 +37,6 @@ done
 wait
 slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --last --no-job-aware --out $R/abl-no-job-aware.npz \
   --curves benchmarks/dl2/abl-no-job-aware &
-slurm-liquid policy train --rl --window 64 --episodes $AEP $RL --last --out $R/abl-no-warmup.npz --curves benchmarks/dl2/abl-no-warmup
+slurm-liquid policy train --rl --episodes $AEP $RL --last --out $R/abl-no-warmup.npz --curves benchmarks/dl2/abl-no-warmup
 wait
 python benchmarks/dl2/report.py
