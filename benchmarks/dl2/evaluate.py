@@ -36,11 +36,13 @@ def main() -> int:
     ap.add_argument("--reference", action="store_true", help="also run the oracle SRTF reference (reference.py)")
     ap.add_argument("--philly", type=int, default=0, metavar="N",
                     help="evaluate on N held-out Philly samples instead of the 8 Pollux workloads")
+    ap.add_argument("--batch-scaling", action="store_true",
+                    help="jobs pick their own goodput-best batch (ClusterConfig.batch_scaling)")
     ap.add_argument("--out", required=True)
     ap.add_argument("policies", nargs="*", metavar="LABEL=FILE")
     args = ap.parse_args()
-    config = ClusterConfig(restart_penalty=args.penalty)
-    speed = OracleSpeedModel(config.gpus_per_node)
+    config = ClusterConfig(restart_penalty=args.penalty, batch_scaling=args.batch_scaling)
+    speed = OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
     if args.philly:
         workloads = {f"philly-{s}": philly_workload(s, 160) for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.philly)}
     else:
@@ -54,7 +56,7 @@ def main() -> int:
     for item in args.policies:
         label, _, path = item.partition("=")
         entries.append((label, lambda path=path: make_policy("dl2", None, speed, policy_file=path)))
-    out = {"restart_penalty": args.penalty, "workloads": sorted(workloads), "policies": {}}
+    out = {"restart_penalty": args.penalty, "batch_scaling": args.batch_scaling, "workloads": sorted(workloads), "policies": {}}
     for label, build in entries:
         t0 = time.perf_counter()
         policy = build()

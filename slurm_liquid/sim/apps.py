@@ -124,18 +124,51 @@ class AppModel:
     # -- batch configuration (section 3.4) -------------------------------------------
     def batch_config(self, target: int, replicas: int, force_accum: bool = False) -> BatchConfig:
         """Split a target total batch over `replicas` GPUs the way the artifact does."""
+        return self._capped(replicas, *self._split(target, replicas, force_accum))
+
+    def _split(self, target: float, replicas: int, force_accum: bool = False) -> tuple[int, int]:
+        """(local batch per micro-step, accumulation steps) for `target`, before the final cap."""
         local = ceil_tol(target / replicas)
         accum = ceil_tol(local / self.max_local_bsz) - 1
-        if force_accum or (replicas == 1 and target > self.init_bsz):
+        if force_accum or (replicas == 1 and local > self.init_bsz):
             accum = max(accum, 1)
-        atomic = ceil_tol(local / (accum + 1))
-        atomic = min(atomic, floor_tol(self.max_bsz / (replicas * (accum + 1))))
-        return BatchConfig(replicas, atomic, accum)
+        return ceil_tol(local / (accum + 1)), accum
+
+    def _capped(self, replicas: int, atomic: int, accum: int) -> BatchConfig:
+        return BatchConfig(replicas, min(atomic, floor_tol(self.max_bsz / (replicas * (accum + 1)))), accum)
+
+    def goodput_config(self, placement: Sequence[int], epoch: int) -> BatchConfig:
+        """The batch split with the most progress per second on `placement` in `epoch`: what a job
+        that scales its own batch (Pollux's agent, AdaptDL) picks, here with exact step times and
+        gradient statistics. Candidates and splits are the artifact's (SIMULATOR.md 3.4)."""
+        return _goodput_config_cached(self, canonical(placement), int(epoch))
+
+    def _goodput_config(self, placement: tuple[int, ...], epoch: int) -> BatchConfig:
+        replicas = sum(placement)
+        low = max(self.init_bsz, self.min_local_bsz * replicas)
+        best, best_rate = self.batch_config(low, replicas), -1.0
+        if low > self.max_bsz:
+            return best
+        for total in np.geomspace(low, self.max_bsz, 50):
+            atomic, accum = self._split(total, replicas)
+            if not self.min_local_bsz <= atomic <= self.max_local_bsz:
+                continue
+            config = self._capped(replicas, atomic, accum)
+            rate = self.gain(config.batch, epoch) / self.iteration_time(placement, config)
+            if rate > best_rate:
+                best, best_rate = config, rate
+        return best
 
     # -- step time (section 3.3) -----------------------------------------------------
     def step_time(self, placement: Sequence[int], atomic: int) -> tuple[float, float]:
         """(step_time, sync_time) in seconds of one micro-batch step on `placement`."""
         return _step_time_cached(self, canonical(placement), int(atomic))
+
+    def iteration_time(self, placement: Sequence[int], config: BatchConfig) -> float:
+        """Seconds per optimizer step of `config` on `placement`."""
+        st, sy = self.step_time(placement, config.atomic)
+        # Accumulation steps repeat only the compute part of a step, not the gradient sync.
+        return st + config.accum * (st - sy)
 
     def _lookup(self, key: tuple[int, ...], atomic: int) -> tuple[float, float]:
         if key in self._table:
@@ -188,6 +221,11 @@ class AppModel:
 @lru_cache(maxsize=None)
 def _step_time_cached(app: AppModel, key: tuple[int, ...], atomic: int) -> tuple[float, float]:
     return app._lookup(key, atomic)
+
+
+@lru_cache(maxsize=None)
+def _goodput_config_cached(app: AppModel, placement: tuple[int, ...], epoch: int) -> BatchConfig:
+    return app._goodput_config(placement, epoch)
 
 
 @lru_cache(maxsize=None)

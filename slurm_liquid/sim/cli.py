@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "liquid: Liquid best-fit; or any other placer of the placement room (ga, slurm, first-fit, random)")
     parser.add_argument("--alpha", type=float, default=0.5, help="Liquid best-fit network/load trade (default 0.5)")
     parser.add_argument("--rigid", action="store_true", help="jobs never run on other than the GPUs they asked for")
+    parser.add_argument("--batch-scaling", action="store_true",
+                        help="jobs pick their own goodput-best batch size at every start and epoch (Pollux/AdaptDL-style "
+                             "jobs) instead of training at the workload's")
     parser.add_argument("--seed", type=int, default=0, help="seed for synthetic workloads (default 0)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per policy")
     parser.add_argument("--plot", metavar="FILE.png", help="write a comparison figure (needs matplotlib)")
@@ -79,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         config = ClusterConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, interval=args.interval,
                                restart_penalty=args.restart_penalty, nodes_per_switch=args.nodes_per_switch,
                                cross_switch_slowdown=args.cross_switch_slowdown, interference=args.interference,
-                               elastic=not args.rigid)
+                               elastic=not args.rigid, batch_scaling=args.batch_scaling)
     except LiquidError as exc:
         raise UsageError(str(exc)) from None
     config, placer = make_placer(args.placement, config, args.alpha)
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print()
     else:
         print(f"{label}: {len(workloads)} workload(s), {config.nodes}x{config.gpus_per_node} GPUs, "
-              f"restart penalty {config.restart_penalty:g} s")
+              f"restart penalty {config.restart_penalty:g} s" + (", jobs scale their batch" if config.batch_scaling else ""))
         print(f"{'policy':<10} {'avg JCT (h)':>12} {'makespan (h)':>13} {'GPU util':>9} {'restarts':>9}")
         for s in summaries:
             print(f"{s['policy']:<10} {s['avg_jct_s'] / 3600:>12.3f} {s['makespan_s'] / 3600:>13.2f} "

@@ -41,6 +41,9 @@ class ClusterConfig:
     cross_switch_slowdown: float = 0.0  # rate penalty of a job whose nodes span leaf switches
     interference: float = 0.0  # the artifact's slowdown of distributed jobs sharing a node
     elastic: bool = True  # jobs may run on 1..batch/min_local GPUs (used by DRF, Optimus)
+    # Jobs pick their own goodput-best batch at every start and epoch (as Pollux's and AdaptDL's
+    # jobs do) instead of training at the declared one; policies still see the declared batch.
+    batch_scaling: bool = False
     walltime_factor: float = 2.0  # FIFO time limit = factor x isolated run time + penalty
     node_switch: Mapping[str, str] | None = None  # explicit node -> leaf switch (a Topology)
 
@@ -109,12 +112,13 @@ class Simulator:
         for i, spec in enumerate(self.specs):
             app = load_app(spec.application)
             # Elastic jobs stop at 64 GPUs: the traces measure nothing larger.
-            upper = min(self.total_gpus, max(spec.num_replicas, min(MAX_MEASURED_GPUS, spec.batch_size // app.min_local_bsz)))
+            largest = app.max_bsz if cfg.batch_scaling else spec.batch_size
+            upper = min(self.total_gpus, max(spec.num_replicas, min(MAX_MEASURED_GPUS, largest // app.min_local_bsz)))
             limit = None
             if cfg.walltime_factor > 0:
                 run = isolated_runtime(app, spec.batch_size, spec.num_replicas, cfg.gpus_per_node)
                 limit = cfg.walltime_factor * run + cfg.restart_penalty
-            self.jobs.append(SimJob(spec, i, app, upper if cfg.elastic else None, limit))
+            self.jobs.append(SimJob(spec, i, app, upper if cfg.elastic else None, limit, cfg.batch_scaling))
         self.by_id = {}
         for j in self.jobs:
             if self.by_id.setdefault(j.spec.name, j) is not j:

@@ -12,10 +12,10 @@ class SimJob:
 
     __slots__ = ("spec", "index", "app", "max_gpus", "time_limit", "allocation", "counts", "config",
                  "iter_time", "rescale_left", "progress", "epoch", "completion", "attained", "restarts",
-                 "started_at", "slowdown", "_rate_key", "_rate")
+                 "started_at", "slowdown", "scales_batch", "_rate_key", "_rate")
 
     def __init__(self, spec: JobSpec, index: int, app: AppModel, max_gpus: int | None,
-                 time_limit: float | None) -> None:
+                 time_limit: float | None, scales_batch: bool = False) -> None:
         self.spec = spec
         self.index = index
         self.app = app
@@ -33,6 +33,7 @@ class SimJob:
         self.restarts: int | None = None
         self.started_at: float | None = None
         self.slowdown = 0.0  # cross-switch slowdown of the current allocation
+        self.scales_batch = scales_batch  # picks its goodput-best batch at every start and epoch
         self._rate_key: tuple | None = None
         self._rate = 0.0
 
@@ -53,14 +54,18 @@ class SimJob:
             self.config = None
             self.started_at = None
             return
-        self.config = self.app.batch_config(self.spec.batch_size, sum(self.counts))
-        st, sy = self.app.step_time(self.counts, self.config.atomic)
-        # Accumulation steps repeat only the compute part of a step, not the gradient sync.
-        self.iter_time = st + self.config.accum * (st - sy)
+        self._configure()
         self.rescale_left = penalty
         self.restarts = 0 if self.restarts is None else self.restarts + 1
         self.started_at = now
         self.slowdown = slowdown
+
+    def _configure(self) -> None:
+        if self.scales_batch:
+            self.config = self.app.goodput_config(self.counts, self.epoch)
+        else:
+            self.config = self.app.batch_config(self.spec.batch_size, sum(self.counts))
+        self.iter_time = self.app.iteration_time(self.counts, self.config)
 
     def _rate_now(self, factor: float) -> float:
         key = (self.epoch, factor)
@@ -97,6 +102,8 @@ class SimJob:
             self.attained += delta * gpus
             if self.epoch == last:
                 self.completion = clock + delta
+            elif self.scales_batch:  # the gradient statistics change with the epoch, so may the best batch
+                self._configure()
             clock += delta
             seconds -= delta
         return self.progress - before

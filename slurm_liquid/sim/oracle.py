@@ -23,32 +23,46 @@ def _iteration_time(app: AppModel, batch: int, gpus: int, gpus_per_node: int) ->
     # The artifact's predictor forces one accumulation step on a single GPU, even at the
     # initial batch size; kept because the published Optimus numbers depend on it.
     config = app.batch_config(batch, gpus, force_accum=gpus == 1)
-    st, sy = app.step_time(packed(gpus, gpus_per_node), config.atomic)
-    return st + config.accum * (st - sy)
+    return app.iteration_time(packed(gpus, gpus_per_node), config)
 
 
 @lru_cache(maxsize=None)
 def isolated_runtime(app: AppModel, batch: int, gpus: int, gpus_per_node: int) -> float:
     """Seconds a job needs alone on `gpus` packed GPUs (no waiting, no restart penalty)."""
     config = app.batch_config(batch, gpus)
-    st, sy = app.step_time(packed(gpus, gpus_per_node), config.atomic)
-    step = st + config.accum * (st - sy)
+    step = app.iteration_time(packed(gpus, gpus_per_node), config)
     bounds = app.epoch_bounds
     # Whole seconds per epoch, as the engine rounds each epoch crossing.
     return float(sum(round((bounds[e + 1] - bounds[e]) * step / app.gain(config.batch, e)) for e in range(app.max_epochs)))
 
 
-class OracleSpeedModel:
-    """A `SpeedModel` with perfect knowledge of step times and remaining work."""
+@lru_cache(maxsize=None)
+def _progress_time(app: AppModel, epoch: int, gpus: int, gpus_per_node: int) -> float:
+    placement = packed(gpus, gpus_per_node)
+    config = app.goodput_config(placement, epoch)
+    return app.iteration_time(placement, config) / app.gain(config.batch, epoch)
 
-    def __init__(self, gpus_per_node: int) -> None:
+
+class OracleSpeedModel:
+    """A `SpeedModel` with perfect knowledge of step times and remaining work.
+
+    With `batch_scaling` (jobs pick their goodput-best batch, `ClusterConfig.batch_scaling`) an
+    "iteration" is one unit of statistical progress (a step at the initial batch), timed at the
+    batch the job would pick in its current epoch; products and ratios keep their meaning."""
+
+    def __init__(self, gpus_per_node: int, batch_scaling: bool = False) -> None:
         self.gpus_per_node = gpus_per_node
+        self.batch_scaling = batch_scaling
 
     def iteration_time(self, job: JobView, gpus: int) -> float:
+        if self.batch_scaling:
+            return _progress_time(load_app(job.app), job.epoch, gpus, self.gpus_per_node)
         return _iteration_time(load_app(job.app), int(job.batch_size), gpus, self.gpus_per_node)
 
     def remaining_iterations(self, job: JobView) -> float:
         app = load_app(job.app)
+        if self.batch_scaling:
+            return app.target_progress - app.epoch_bounds[job.epoch]
         last = app.max_epochs - 1
         if job.epoch >= last:
             return 1.0

@@ -58,7 +58,7 @@ def run_all(workloads: Mapping[str, Sequence[JobSpec]], policies: Sequence[str],
             placer: Placer | None = None, progress: bool = False,
             policy_file: str | None = None) -> dict[str, dict[str, SimResult]]:
     """policy -> workload -> result, every policy on every workload."""
-    speed = OracleSpeedModel(config.gpus_per_node)
+    speed = OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
     sims = {name: Simulator(specs, config, name) for name, specs in workloads.items()}
     out: dict[str, dict[str, SimResult]] = {}
     for pname in policies:

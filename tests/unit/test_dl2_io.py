@@ -123,3 +123,12 @@ def test_train_refuses_counts_below_one(tmp_path, capsys, flag):
     err = capsys.readouterr().err
     assert f"{flag} must be at least 1, not 0" in err
     assert not (tmp_path / "p.npz").exists()
+
+
+def test_train_with_batch_scaling_records_it(tmp_path):
+    from slurm_liquid.cli import main
+
+    out = tmp_path / "bs.npz"
+    assert main(["policy", "train", "--supervised", "--batch-scaling", "--out", str(out), "--jobs", "12",
+                 "--warmup-workloads", "1", "--warmup-epochs", "1", "--hidden", "8"]) == 0
+    assert load_policy(out)[1]["batch_scaling"] is True

@@ -76,3 +76,35 @@ def test_epoch_boundaries_rise_to_the_target() -> None:
 def test_packed(n, g) -> None:
     p = packed(n, g)
     assert sum(p) == n and all(x == g for x in p[:-1]) and 0 < p[-1] <= g
+
+
+def _rate(app, placement, config, epoch) -> float:
+    st, sy = app.step_time(placement, config.atomic)
+    return app.gain(config.batch, epoch) / (st + config.accum * (st - sy))
+
+
+@pytest.mark.parametrize("name", [a for a in APPLICATIONS if a != "ncf"])
+@pytest.mark.parametrize("placement", [(1,), (4,), (4, 4), (4, 4, 4, 4)])
+def test_goodput_config_is_valid_and_beats_every_measured_batch(name, placement) -> None:
+    app = load_app(name)
+    replicas = sum(placement)
+    low = max(app.init_bsz, app.min_local_bsz * replicas)
+    if low > app.max_bsz:
+        return
+    for epoch in (0, app.max_epochs // 2, app.max_epochs - 1):
+        best = app.goodput_config(placement, epoch)
+        assert app.min_local_bsz <= best.atomic <= app.max_local_bsz
+        assert low <= best.batch <= app.max_bsz
+        # The 50 candidates are geometrically spaced, so a measured batch size between two of
+        # them may do a little better; never more than 2%.
+        for b in app.valid_bsz:
+            fixed = app.batch_config(int(b), replicas)
+            if b >= low and app.min_local_bsz <= fixed.atomic <= app.max_local_bsz:
+                assert _rate(app, placement, best, epoch) >= 0.98 * _rate(app, placement, fixed, epoch)
+
+
+def test_goodput_config_grows_the_batch_as_training_goes_on() -> None:
+    # The gradient noise grows in later epochs, so larger batches lose less statistical
+    # efficiency: the artifact's reason to re-optimise the batch as a job trains.
+    app = load_app("cifar10")
+    assert app.goodput_config((4, 4), app.max_epochs - 1).batch > app.goodput_config((4, 4), 0).batch

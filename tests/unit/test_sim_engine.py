@@ -7,6 +7,7 @@ from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import Action
 from slurm_liquid.policy.tiresias import Tiresias
 from slurm_liquid.sim.engine import ClusterConfig, Simulator
+from slurm_liquid.sim.apps import load_app
 from slurm_liquid.sim.oracle import OracleSpeedModel
 from slurm_liquid.sim.workload import JobSpec
 
@@ -113,3 +114,38 @@ def test_liquid_placement_keeps_jobs_inside_one_switch() -> None:
         assert len({switch[n] for n, _ in a.allocation}) == 1
     sim.step(actions)
     assert all(j.slowdown == 0 for j in sim.jobs)
+
+
+def test_jobs_that_scale_their_batch_finish_sooner() -> None:
+    jobs = [cifar("a", 0, 8, 2048), cifar("b", 600, 6, 2048), JobSpec("y", 300, "yolov3", 4, 64)]
+    fixed = Simulator(jobs, ClusterConfig(nodes=4)).run(make_policy("drf"))
+    scaled = Simulator(jobs, ClusterConfig(nodes=4, batch_scaling=True)).run(make_policy("drf"))
+    assert all(scaled.jcts[j] < fixed.jcts[j] for j in fixed.jcts)
+
+
+def test_batch_scaling_lets_elastic_jobs_grow_past_their_declared_batch() -> None:
+    # yolov3 at batch 64 may use 64 / 4 = 16 GPUs; scaling its batch up to 512 lifts that to the
+    # cluster's 32, which DRF then hands it.
+    sim = Simulator([JobSpec("y", 0, "yolov3", 4, 64)], ClusterConfig(nodes=8, batch_scaling=True))
+    assert sim.jobs[0].max_gpus == 32
+    assert max(sim.run(make_policy("drf")).gpus_in_use) == 32
+
+
+def test_oracle_speed_model_answers_for_jobs_that_scale_their_batch() -> None:
+    view = Simulator([JobSpec("y", 0, "yolov3", 4, 64)], ClusterConfig(nodes=8, batch_scaling=True)).view()
+    job = view.jobs[0]
+    with pytest.raises(LiquidError):  # 32 GPUs cannot split the declared batch of 64
+        OracleSpeedModel(4).iteration_time(job, 32)
+    scaling = OracleSpeedModel(4, batch_scaling=True)
+    # Seconds per unit of progress; early in training a larger batch buys little, so 4 GPUs
+    # (batch >= 16) may well be slower per unit than 1 GPU (batch 8): no order is asserted.
+    assert all(0 < scaling.iteration_time(job, g) < 10 for g in (1, 4, 16, 32))
+    assert scaling.remaining_iterations(job) == load_app("yolov3").target_progress
+
+
+@pytest.mark.parametrize("name", ["optimus", "dl2"])
+def test_speed_aware_policies_run_jobs_that_scale_their_batch(name) -> None:
+    jobs = [JobSpec("y", 0, "yolov3", 4, 64), cifar("c", 120, 8, 2048), JobSpec("b", 200, "bert", 6, 384)]
+    r = Simulator(jobs, ClusterConfig(nodes=8, batch_scaling=True)).run(
+        make_policy(name, None, OracleSpeedModel(4, batch_scaling=True)))
+    assert len(r.jcts) == 3

@@ -78,6 +78,17 @@ def test_cli_json_one_object_per_policy(tmp_path, capsys) -> None:
     assert out[0]["avg_jct_s"] == (947 + (120 - 70 + 30 + 47)) / 2
 
 
+def test_cli_batch_scaling_says_so_and_runs_faster(tmp_path, capsys) -> None:
+    path = write(tmp_path, HEADER + "c-0,53,cifar10,6,2048\nb-1,70,bert,6,384\n")
+    jct = {}
+    for flags in ([], ["--batch-scaling"]):
+        assert main(["simulate", "--workload", str(path), "--policy", "drf", *flags]) == 0
+        header, _, row = capsys.readouterr().out.splitlines()[:3]
+        assert ("jobs scale their batch" in header) == bool(flags)
+        jct[bool(flags)] = float(row.split()[1])
+    assert jct[True] < jct[False]
+
+
 def test_cli_directory_gives_per_workload_and_mean(tmp_path, capsys) -> None:
     write(tmp_path, HEADER + "c-0,53,cifar10,6,2048\n", "a.csv")
     write(tmp_path, HEADER + "c-0,0,cifar10,6,2048\n", "b.csv")

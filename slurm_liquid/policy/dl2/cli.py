@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--history", metavar="SACCT.json",
                    help="with --teacher sacct: the site's jobs as saved by `sacct --json --allocations --duplicates`")
     t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
+    t.add_argument("--batch-scaling", action="store_true",
+                   help="train with jobs that pick their own goodput-best batch (as `simulate --batch-scaling`)")
     t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
     t.add_argument("--warmup-epochs", type=int, default=8, metavar="N")
     t.add_argument("--episodes", type=int, default=80, metavar="N", help="RL episodes (default 80)")
@@ -106,11 +108,11 @@ def train(args: argparse.Namespace, load_policy) -> int:
     from slurm_liquid.sim.engine import ClusterConfig
     from slurm_liquid.sim.oracle import OracleSpeedModel
 
-    config = ClusterConfig(restart_penalty=args.restart_penalty)
-    speed = OracleSpeedModel(config.gpus_per_node)
+    config = ClusterConfig(restart_penalty=args.restart_penalty, batch_scaling=args.batch_scaling)
+    speed = OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
     meta: dict = {"window": args.window, "window_order": args.window_order, "hidden": args.hidden,
                   "layers": args.layers, "seed": args.seed,
-                  "restart_penalty": args.restart_penalty, "speed": True, "stages": []}
+                  "restart_penalty": args.restart_penalty, "batch_scaling": args.batch_scaling, "speed": True, "stages": []}
     if args.init:
         params, init_meta = load_policy(args.init)
         meta.update({k: init_meta[k] for k in ("window", "hidden", "layers") if k in init_meta})

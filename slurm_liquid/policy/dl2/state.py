@@ -16,8 +16,8 @@ cluster size.
 Actions: "+1 GPU to job j" (a job at 0 first gets its minimum: 1 if elastic, its request if
 rigid) or "stop" (legal once some job holds GPUs in this slot). The loop runs until stop or until no job can take a GPU; then jobs beyond
 the window keep what they hold if it still fits, else get their minimum while GPUs remain,
-in window order. Scaling the batch is not an action: the simulated jobs train at a fixed
-batch.
+in window order. The batch size is not an action: a job that scales its batch picks it for
+the GPUs it gets (`ClusterConfig.batch_scaling`).
 """
 
 from __future__ import annotations
