@@ -39,4 +39,16 @@ slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --last --n
   --curves benchmarks/dl2/abl-no-job-aware &
 slurm-liquid policy train --rl --episodes $AEP $RL --last --out $R/abl-no-warmup.npz --curves benchmarks/dl2/abl-no-warmup
 wait
+# 6. jobs that pick their own goodput-best batch (--batch-scaling): DRF warm-up and RL for them, chosen on the
+# held-out samples like the others, then every policy on the 8 workloads with and without that policy
+slurm-liquid policy train --supervised --batch-scaling --out $R/warm-bs.npz --warmup-workloads 8 --warmup-epochs 3
+slurm-liquid policy train --rl --batch-scaling --init $R/warm-bs.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-bs-p30.npz &
+slurm-liquid policy train --rl --batch-scaling --init $R/warm-bs.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-bs-p150.npz
+wait
+for P in 30 150; do
+  python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --philly 8 --baselines drf --out $R/held-out-bs-p$P.json \
+    dl2-bs=$R/rl-bs-p$P.npz warm-up-bs=$R/warm-bs.npz shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
+  python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --reference --baselines drf,tiresias,optimus,fifo \
+    --out $R/eval-scaling-p$P.json dl2=slurm_liquid/policy/dl2/trained/dl2-p$P.npz dl2-bs=$R/rl-bs-p$P.npz
+done
 python benchmarks/dl2/report.py
