@@ -79,8 +79,7 @@ def test_packed(n, g) -> None:
 
 
 def _rate(app, placement, config, epoch) -> float:
-    st, sy = app.step_time(placement, config.atomic)
-    return app.gain(config.batch, epoch) / (st + config.accum * (st - sy))
+    return app.gain(config.batch, epoch) / app.iteration_time(placement, config)
 
 
 @pytest.mark.parametrize("name", [a for a in APPLICATIONS if a != "ncf"])

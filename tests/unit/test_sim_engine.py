@@ -6,8 +6,8 @@ from slurm_liquid.errors import LiquidError
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import Action
 from slurm_liquid.policy.tiresias import Tiresias
-from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.apps import load_app
+from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 from slurm_liquid.sim.workload import JobSpec
 
