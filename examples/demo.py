@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from slurm_liquid.record import Record
+from slurm_liquid.ledger import Record
 from slurm_liquid.slurm import ContainerRunner, SlurmError, connect
 
 # (name, user, how, sbatch arguments, #LIQUID lines / --comment / --liquid-* flags)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.ledger.limits import MAX_LEASE_S
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -51,6 +52,8 @@ class DaemonConfig:
     placer: str = "auto"               # liquid (best fit per job), ga (grouping GA), auto
     batch_min: int = 3                 # auto: the GA for batches of at least this many jobs
     spread_after_s: float = 120.0      # a job that fits under one leaf switch waits this long for it
+    slurm_timeout_s: float = 10.0      # no Slurm command the daemon runs may take longer
+    stall_after_s: float = 120.0       # the heartbeat stops when the loop has not come round for this long
     log_file: str = ""
 
 
@@ -62,6 +65,7 @@ class ElasticConfig:
     policy_file: str = ""              # a trained DL2 policy; default: the shipped one for restart_penalty_s
     slot_s: float = 60.0
     restart_penalty_s: float = 150.0   # what one change costs a job under Slurm (requeue + restart)
+    max_grace_s: float = 300.0         # a job's checkpoint grace (signal=USR1@N) is capped at this
     min_change_interval_s: float = 300.0
     max_changes_per_hour: int = 6      # per job
     progress_dir: str = "/shared/slurm-liquid/progress"   # world-writable + sticky, on a shared file system
@@ -129,9 +133,9 @@ def _typed(value: Any, default: Any, where: str) -> Any:
     if isinstance(default, bool) or type(value) is bool:
         ok, kind = type(value) is type(default), type(default).__name__
     elif isinstance(default, int):
-        ok, kind = type(value) is int and value >= 0, "non-negative whole number"
+        ok, kind = type(value) is int and 0 <= value < 10**12, "non-negative whole number"
     elif isinstance(default, float):
-        ok, kind = type(value) in (int, float) and value >= 0, "non-negative number"
+        ok, kind = type(value) in (int, float) and 0 <= value < 1e12, "non-negative finite number"
     else:
         ok, kind = isinstance(value, str), "string"
     if not ok:
@@ -175,6 +179,12 @@ def validate(config: Config) -> Config:
     if d.lease_s < 2 * max(d.poll_s, d.heartbeat_s) or d.stale_after_s <= d.heartbeat_s:
         raise UsageError(f"{where}: [daemon] needs lease_s >= 2 x poll_s and heartbeat_s (renewals come in "
                          "time) and stale_after_s > heartbeat_s")
+    if d.lease_s > MAX_LEASE_S:
+        raise UsageError(f"{where}: [daemon] lease_s must be at most {MAX_LEASE_S} (a held job must start "
+                         "soon after the daemon dies)")
+    if not 1 <= d.slurm_timeout_s <= 120 or d.stall_after_s < 2 * d.slurm_timeout_s:
+        raise UsageError(f"{where}: [daemon] needs 1 <= slurm_timeout_s <= 120 and stall_after_s >= "
+                         "2 x slurm_timeout_s")
     return config
 
 

@@ -11,7 +11,7 @@ import argparse
 import json
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.record import Record, Tag, Usage
+from slurm_liquid.ledger import Record, Tag, Usage
 
 LABELS = {"mode": "submission mode", "est": "estimate", "asked": "asked Slurm for", "set": "changed to",
           "placed": "placed on", "would": "would place on (shadow)", "slurm": "Slurm placed it on",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.ledger.limits import MAX_LINE_CHARS, MAX_SCRIPT_BYTES
 
 # --- value parsers: one per kind of value; each raises ValueError with a short reason ---------
 
@@ -396,7 +397,7 @@ def _comment_into(layer: _Layer, text: str, where: str) -> None:
 def parse_directives(text: str) -> JobSpec:
     """`#LIQUID ...` lines (or bare `key=value` text) -- strict, as in a batch script."""
     layer = _Layer(strict=True)
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in _bounded_lines(text, layer.notes):
         body = line.strip()
         if body.upper().startswith("#LIQUID"):
             body = body[len("#LIQUID"):]
@@ -483,17 +484,37 @@ def _gres_gpus(text: str) -> int | None:
 
 
 def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
-    buffer, start = "", 0
+    """(first line number, line with its backslash continuations joined), in time linear in `text`."""
+    parts: list[str] = []
+    start = 0
     for number, line in enumerate(text.splitlines(), 1):
-        if not buffer:
+        if not parts:
             start = number
-        if line.rstrip().endswith("\\"):
-            buffer += line.rstrip()[:-1] + " "
+        stripped = line.rstrip()
+        if stripped.endswith("\\"):
+            parts.append(stripped[:-1] + " ")
             continue
-        yield start, buffer + line
-        buffer = ""
-    if buffer:
-        yield start, buffer
+        parts.append(line)
+        yield start, "".join(parts)
+        parts = []
+    if parts:
+        yield start, "".join(parts)
+
+
+def _bounded_lines(text: str, notes: list[str]) -> Iterable[tuple[int, str]]:
+    """The logical lines worth reading: the first MAX_SCRIPT_BYTES of a script, lines of at most
+    MAX_LINE_CHARS (shlex is quadratic in one line's length; no real option line is that long)."""
+    if len(text) > MAX_SCRIPT_BYTES:
+        notes.append(f"read only the first {MAX_SCRIPT_BYTES} characters of the script")
+        text = text[:MAX_SCRIPT_BYTES]
+    for number, line in _logical_lines(text):
+        if len(line) > MAX_LINE_CHARS:
+            if line.lstrip().upper().startswith("#LIQUID"):
+                raise UsageError(f"line {number}: a #LIQUID line of {len(line)} characters "
+                                 f"(at most {MAX_LINE_CHARS})")
+            notes.append(f"skipped line {number}: longer than {MAX_LINE_CHARS} characters")
+            continue
+        yield number, line
 
 
 def parse_script(text: str) -> JobSpec:
@@ -501,7 +522,7 @@ def parse_script(text: str) -> JobSpec:
     requests and the training command's flags (inferred, gaps only)."""
     explicit, sbatch, inferred = _Layer(strict=True), _Layer(strict=False), _Layer(strict=False)
     in_header = True
-    for number, line in _logical_lines(text):
+    for number, line in _bounded_lines(text, inferred.notes):
         body = line.strip()
         where = f"line {number}"
         if body.upper().startswith("#LIQUID"):

@@ -238,13 +238,102 @@ def _finite(value: float | None) -> float | None:
 
 
 def ensure_directory(path: str | os.PathLike[str]) -> Path:
-    """Create the report directory with mode 1777 (for the daemon or the admin; run as root, so
-    that the directory is root's and nobody can rename it away). Parents get the default mode."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    if stat.S_IMODE(path.stat().st_mode) != 0o1777:
-        path.chmod(0o1777)  # after mkdir: the umask would have cleared the write bits
+    """Create the report directory with mode 1777 (run as root by the daemon or the admin, so that the
+    directory is root's and nobody can rename it away). Parents get the default mode.
+
+    Every component is opened without following symlinks (O_NOFOLLOW, relative to its parent's
+    descriptor) and the mode is set on the descriptor: a symlink planted anywhere on the path cannot
+    make root change the mode of some other directory. A last component owned by another user (made
+    before the admin's) is refused rather than adopted. Raises OSError."""
+    path = Path(os.path.abspath(path))
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags)
+    try:
+        for part in path.parts[1:]:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(part, flags, dir_fd=fd)
+            except OSError as exc:
+                if not _trusted_link(fd, part):
+                    raise OSError(exc.errno, f"{path}: {part} is not a directory, or a symlink that "
+                                  "someone other than this daemon's user could have made") from None
+                child = os.open(part, flags & ~os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            raise OSError(f"{path} belongs to uid {st.st_uid}, not to this daemon's uid {os.geteuid()}: "
+                          "remove it, the daemon makes it anew")
+        if stat.S_IMODE(st.st_mode) != 0o1777:
+            os.fchmod(fd, 0o1777)  # after mkdir: the umask would have cleared the write bits
+    finally:
+        os.close(fd)
     return path
+
+
+def _trusted_link(parent_fd: int, name: str) -> bool:
+    """A symlink (e.g. /shared -> /mnt/shared) made by this daemon's user in a directory only that user
+    can write: an admin's own link, safe to follow."""
+    try:
+        link = os.stat(name, dir_fd=parent_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    parent = os.fstat(parent_fd)
+    return (stat.S_ISLNK(link.st_mode) and link.st_uid == os.geteuid() and parent.st_uid == os.geteuid()
+            and not parent.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
+MAX_CLAIM = 10 ** 15   # steps, totals, epochs: past this a report is not believed
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the daemon takes from a job's report: each value bounded and checked, or None.
+
+    A report is the job's own claim (its user writes the file): it may steer that job's resize only
+    within the job's trusted range, and no value in it can make the daemon raise."""
+
+    step: int | None = None
+    total: int | None = None
+    epoch: int = 0
+    samples_per_s: float | None = None
+    checkpoint_time: float | None = None
+
+    @property
+    def remaining(self) -> float | None:
+        if self.step is None or self.total is None:
+            return None
+        return float(max(self.total - self.step, 1))
+
+    @classmethod
+    def of(cls, report: Any) -> "Progress":
+        if not isinstance(report, dict):
+            return cls()
+        return cls(_count(report.get("step")), _count(report.get("total")), _count(report.get("epoch")) or 0,
+                   _positive(report.get("samples_per_s")), _positive(report.get("checkpoint_time")))
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if not 0 <= value <= MAX_CLAIM:
+        return None
+    return int(value)
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:   # a 400-digit int
+        return None
+    return value if math.isfinite(value) and 0 <= value <= MAX_CLAIM else None
 
 
 @dataclass(frozen=True)

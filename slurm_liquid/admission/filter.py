@@ -20,7 +20,7 @@ from typing import Mapping
 from slurm_liquid.config import Config
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.jobspec import JobSpec, parse_comment, parse_script
-from slurm_liquid.record import Record, VERSION
+from slurm_liquid.ledger import Record, VERSION
 
 # Options cli_filter.lua passes in, and those the helper may set.
 OPTIONS = ("script", "gres", "gpus", "gpus-per-node", "nodes", "mem", "mem-per-gpu", "mem-per-cpu",

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Mapping
 
 from slurm_liquid.agent.gpus import GpuSample
 from slurm_liquid.agent.procs import Process
-from slurm_liquid.record import Usage
+from slurm_liquid.ledger import Usage
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Callable
 
 import hostlist
 
-from slurm_liquid.record import Usage, with_usage
+from slurm_liquid.ledger import Usage, with_usage
 from slurm_liquid.slurm.client import SlurmClient
 from slurm_liquid.slurm.errors import SlurmError
 

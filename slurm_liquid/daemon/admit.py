@@ -1,13 +1,20 @@
 """One pass of the daemon's placement loop: held liquid jobs -> placement -> Slurm -> record.
 
 Each pass reads the truth from Slurm (jobs, nodes); the daemon keeps no state of its own between
-passes, so a restart loses nothing. Which jobs it may touch is decided by the trusted tag in the
-AdminComment (written inside slurmctld by job_submit.lua), never by anything a user can write.
+passes, so a restart loses nothing. Which jobs it may touch, and what it does with them later, is
+decided by the trusted tag in the AdminComment (slurm_liquid.ledger.Tag), never by anything a user
+can write.
 
-- held job that fits now: node list (and node count) set, record written, started (StartTime=now);
+- held job that fits now: node list (and node count) set, tag and record written, started;
 - held job that does not fit: stays held; its lease is renewed, but never beyond [daemon] max_hold_s,
   after which it goes to Slurm's own scheduler with a note;
+- placed job that Slurm has not started within a lease of becoming eligible: unpinned and handed to
+  Slurm with a note (the daemon never leaves a job pinned where it cannot run);
 - shadow mode: the record says where the job would have gone; nothing else changes.
+
+Nothing a job carries can stop the pass: every job's work runs under `_guard`, which catches any
+error, counts it, and leaves the job alone for a growing while (its lease runs out and Slurm starts it
+as asked), while the other jobs of the pass are placed.
 """
 
 from __future__ import annotations
@@ -22,31 +29,17 @@ import hostlist
 
 from slurm_liquid.config import Config
 from slurm_liquid.errors import LiquidError
+from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_opts_in, with_tag
+from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
+from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
-from slurm_liquid.record import Record, Tag, with_tag
+from slurm_liquid.placement.slurm_rules import job_view
 from slurm_liquid.slurm import Job, Node, SlurmClient, SlurmError
 from slurm_liquid.topology import Topology
 
 log = logging.getLogger(__name__)
-
-
-def format_placed(nodes: Mapping[str, int]) -> str:
-    """{gpu01: 4, gpu02: 4, gpu03: 1} -> 'gpu[01-02]:4+gpu03:1' (one word, for the records)."""
-    by_count: dict[int, list[str]] = {}
-    for name, gpus in nodes.items():
-        by_count.setdefault(gpus, []).append(name)
-    return "+".join(f"{hostlist.collect_hostlist(names)}:{count}" for count, names in sorted(by_count.items(), reverse=True))
-
-
-def parse_placed(text: str) -> dict[str, int]:
-    nodes: dict[str, int] = {}
-    for group in filter(None, (text or "").split("+")):
-        names, _, count = group.rpartition(":")
-        if names and count.isdigit():
-            for name in hostlist.expand_hostlist(names):
-                nodes[name] = int(count)
-    return nodes
+QUARANTINE_S = (30.0, 600.0)       # a job whose handling failed is left alone this long, doubling
 
 
 @dataclass
@@ -55,25 +48,53 @@ class PassReport:
     waiting: list[int] = field(default_factory=list)
     renewed: list[int] = field(default_factory=list)
     released: list[int] = field(default_factory=list)         # held too long: Slurm's scheduler takes it
-    annotated: list[int] = field(default_factory=list)        # shadow records, lapsed holds
+    annotated: list[int] = field(default_factory=list)        # shadow records, lapsed holds, unpinned
     errors: list[str] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)      # job -> the error its handling raised
+    skipped: dict[int, str] = field(default_factory=dict)     # job -> why it was left alone this pass
 
     @property
     def busy(self) -> bool:
         return bool(self.placed or self.released or self.annotated)
 
 
+class Quarantine:
+    """Jobs whose handling raised: skipped for a while that doubles with each failure (not retried hot)."""
+
+    def __init__(self, now: Callable[[], float]):
+        self.now = now
+        self._until: dict[int, tuple[float, float, str]] = {}
+
+    def why(self, job_id: int) -> str | None:
+        entry = self._until.get(job_id)
+        return entry[2] if entry and self.now() < entry[0] else None
+
+    def add(self, job_id: int, reason: str) -> None:
+        low, high = QUARANTINE_S
+        previous = self._until.get(job_id)
+        wait = min(previous[1] * 2, high) if previous else low
+        self._until[job_id] = (self.now() + wait, wait, reason)
+        if len(self._until) > 10_000:   # bounded: forget the oldest
+            for key in sorted(self._until, key=lambda k: self._until[k][0])[:1000]:
+                del self._until[key]
+
+
 class Admitter:
-    """Places the jobs job_submit.lua held. `now` is injectable for tests."""
+    """Places the jobs job_submit.lua held. `now` is injectable for tests; `promised` names GPUs that
+    resizes in flight will take (node -> GPUs), so that a pass does not give them away."""
 
     def __init__(self, client: SlurmClient, config: Config, topology: Topology | None = None,
-                 now: Callable[[], float] = time.time):
+                 now: Callable[[], float] = time.time,
+                 promised: Callable[[], Mapping[str, int]] = lambda: {}):
         self.client = client
         self.config = config
         self.topology = topology or client.topology()
         self.now = now
+        self.promised = promised
+        self.quarantine = Quarantine(now)
         self._records: dict[int, Record] = {}
         self._stranded: set[int] = set()
+        self._total_gpus = 0
 
     # ------------------------------------------------------------ one pass
 
@@ -81,76 +102,146 @@ class Admitter:
         report = PassReport()
         jobs = self.client.jobs()
         nodes = {n.name: n for n in self.client.nodes()}
+        self._total_gpus = sum(n.gpus for n in nodes.values())
         state = self._free_state(nodes.values(), jobs)
-        tagged = [(j, Tag.parse(j.admin_comment)) for j in jobs]
-        # Held for placement; or placed earlier and requeued (node failure) onto a node that is gone now.
-        self._stranded = {j.job_id for j, t in tagged if t and t.state == "placed" and j.is_pending
+        tagged = [(j, t) for j in jobs for t in [Tag.parse(j.admin_comment)] if t is not None]
+        self._stranded = {j.job_id for j, t in tagged if t.state == TagState.PLACED and j.is_pending
                           and not j.held and _stranded(j, nodes)}
-        held = sorted((j for j, t in tagged if t and j.is_pending and (t.state == "held" or j.job_id in self._stranded)),
-                      key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
+        held = []
         for job, tag in tagged:
-            if tag and tag.state == "held" and not job.is_pending and not job.is_finished:
-                # the lease ran out (daemon down or slow): Slurm started it as asked
-                self._write(job, Tag("released", extra={"why": "lease"}),
-                            self._record(job).with_fields(note="lease-ran-out:-started-by-Slurm-as-asked"), report)
-                report.annotated.append(job.job_id)
-            elif tag and tag.state == "shadow" and not job.is_finished:
-                self._shadow(job, state, nodes, report)
+            why = self.quarantine.why(job.job_id)
+            if why:
+                report.skipped[job.job_id] = f"left alone after an error: {why}"
+                continue
+            if job.is_pending and (tag.state == TagState.HELD or job.job_id in self._stranded):
+                held.append(job)
+            else:
+                self._guard(job, report, self._follow_up, job, tag, state, nodes, report)
+        held.sort(key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         if self.config.daemon.mode == "enforce":
             self._place_held(held, state, nodes, report)
         return report
 
+    def _guard(self, job: Job, report: PassReport, action: Callable, *args) -> object:
+        """Run one job's work; any error is caught, counted and the job left alone for a while."""
+        try:
+            return action(*args)
+        except Exception as exc:  # noqa: BLE001 -- a job's data must never stop the loop
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            report.failed[job.job_id] = reason
+            self.quarantine.add(job.job_id, reason)
+            log.warning("job %s: skipped after an error (%s)", job.job_id, reason, exc_info=not isinstance(exc, LiquidError))
+            return None
+
+    def _follow_up(self, job: Job, tag: Tag, state: ClusterState, nodes: Mapping[str, Node],
+                   report: PassReport) -> None:
+        """Jobs the daemon handed on: lapsed holds, shadow records, placements Slurm did not start."""
+        if job.is_finished:
+            return
+        if tag.state == TagState.HELD and not job.is_pending:
+            # the lease ran out (daemon down or slow): Slurm started it as asked
+            self._write(job, tag.to(TagState.RELEASED, extra={"why": "lease"}),
+                        self._record(job).with_fields(note="lease-ran-out:-started-by-Slurm-as-asked"), report)
+            report.annotated.append(job.job_id)
+        elif tag.state == TagState.SHADOW:
+            self._shadow(job, tag, state, nodes, report)
+        elif tag.state == TagState.PLACED and job.is_pending and not job.held and self.config.daemon.mode == "enforce":
+            self._unpin_if_stale(job, tag, report)
+
+    def _unpin_if_stale(self, job: Job, tag: Tag, report: PassReport) -> None:
+        """A job pinned by the daemon that Slurm has not started within a lease of becoming eligible is
+        blocked by something the daemon did not see: unpin it, so that Slurm places it as it would."""
+        if not job.required_nodes:
+            return
+        since = max(tag.placed_at(self.now()) or 0, job.eligible_time.timestamp() if job.eligible_time else 0)
+        if self.now() - since <= self.config.daemon.lease_s:
+            return
+        note = f"not-started-within-{int(self.config.daemon.lease_s)}s-of-placement:-unpinned-for-Slurm"
+        self._write(job, tag.to(TagState.RELEASED, extra={"why": "unpinned"}),
+                    self._record(job).with_fields(note=note), report, ReqNodeList="")
+        report.annotated.append(job.job_id)
+
     def _place_held(self, held: list[Job], state: ClusterState, nodes: Mapping[str, Node],
                     report: PassReport) -> None:
         cfg = self.config.daemon
-        requests: list[PlacementRequest] = []
+        requests: list[tuple[Job, PlacementRequest]] = []
         for job in held:
-            age = self.now() - job.submit_time.timestamp() if job.submit_time else 0.0
+            age = self._age(job)
             # A stranded job is not held by us: handing it to Slurm unplaced would leave it pinned.
             if age >= cfg.max_hold_s and job.job_id not in self._stranded:
-                self._start(job, None, f"not-placed-within-{int(cfg.max_hold_s)}s:-given-to-Slurm", report)
+                self._guard(job, report, self._start, job, None, f"not-placed-within-{int(cfg.max_hold_s)}s:-given-to-Slurm", report)
                 report.released.append(job.job_id)
             elif job.shards:
-                where = self._shard_node(job, nodes, state)
-                if where:
-                    state = self._take_shards(state, nodes, where, job.shards)
-                    self._start(job, {where: 0}, None, report, shards=job.shards)
-                else:
-                    self._wait(job, age, report)
+                state = self._guard(job, report, self._place_shards, job, nodes, state, age, report) or state
             elif job.gpus <= 0:
-                self._start(job, None, "no-GPUs-asked", report)
+                self._guard(job, report, self._start, job, None, "no-GPUs-asked", report)
             else:
-                per_node = job.gpus_per_node if job.gpus_per_node and job.gpus % job.gpus_per_node == 0 else None
-                requests.append(PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type))
-        if not requests:
-            return
+                request = self._guard(job, report, self._request, job)
+                if request is not None:
+                    requests.append((job, request))
+        if requests:
+            self._place_gpu_jobs(requests, state, nodes, report)
+
+    def _request(self, job: Job) -> PlacementRequest:
+        per_node = job.gpus_per_node if job.gpus_per_node and job.gpus % job.gpus_per_node == 0 else None
+        return PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type)
+
+    def _place_shards(self, job: Job, nodes: Mapping[str, Node], state: ClusterState, age: float,
+                      report: PassReport) -> ClusterState:
+        view = job_view(job, nodes, state)
+        where = self._shard_node(job, nodes, view.state) if not view.unreadable else None
+        if where:
+            self._start(job, {where: 0}, None, report, shards=job.shards)
+            return self._take_shards(state, nodes, where, job.shards)
+        if view.unreadable:
+            self._start(job, None, view.reason, report)
+            report.released.append(job.job_id)
+        else:
+            self._wait(job, age, report)
+        return state
+
+    def _place_gpu_jobs(self, requests: list[tuple[Job, PlacementRequest]], state: ClusterState,
+                        nodes: Mapping[str, Node], report: PassReport) -> None:
+        """A batch placer (the GA) proposes for the whole batch on the common state; each proposal is
+        then checked against what Slurm would accept for that job, in submission order, and any that
+        fails is placed again alone on the nodes that job may use."""
+        cfg = self.config.daemon
         batch = cfg.placer == "ga" or (cfg.placer == "auto" and len(requests) >= cfg.batch_min)
-        placer = make_placer("ga" if batch else "liquid", self.topology)
-        by_id = {str(j.job_id): j for j in held}
-        ages = {str(j.job_id): self.now() - j.submit_time.timestamp() if j.submit_time else 0.0 for j in held}
-        placements: list[Placement] = []
-        # A job that fits under one leaf switch waits (up to spread_after_s) rather than cross switches:
-        # drop such placements and place the others again without them.
-        while requests:
+        proposals: dict[str, Placement] = {}
+        if batch:
             try:
-                attempt = placer.place_all(requests, state)
-            except (ValueError, KeyError) as exc:  # e.g. a GPU type no node has
-                report.errors.append(f"placement failed: {exc}")
-                attempt = [Placement(r.job, None, str(exc)) for r in requests]
-            spread = {p.job for p, r in zip(attempt, requests)
-                      if p.placed and ages[p.job] < cfg.spread_after_s and self._spans_leaves(p)
-                      and self._fits_one_leaf(r, state)}
-            if not spread:
-                placements += attempt
-                break
-            placements += [Placement(job, None, "waiting for room under one leaf switch") for job in sorted(spread)]
-            requests = [r for r in requests if r.job not in spread]
-        for placement in placements:
-            job = by_id[placement.job]
-            if placement.placed:
-                self._start(job, dict(placement.nodes), None, report)
-            else:
-                self._wait(job, ages[placement.job], report)
+                proposals = {p.job: p for p in make_placer("ga", self.topology).place_all([r for _, r in requests], state)}
+            except Exception as exc:  # noqa: BLE001 -- then every job is placed alone below
+                report.errors.append(f"batch placement failed, placing one by one: {type(exc).__name__}: {exc}")
+        single = make_placer("liquid", self.topology)
+        for job, request in requests:
+            placed = self._guard(job, report, self._place_one, job, request, proposals.get(request.job),
+                                 single, state, nodes, report)
+            if placed is not None:
+                state = placed
+
+    def _place_one(self, job: Job, request: PlacementRequest, proposal: Placement | None, placer,
+                   state: ClusterState, nodes: Mapping[str, Node], report: PassReport) -> ClusterState:
+        age = self._age(job)
+        view = job_view(job, nodes, state)
+        if view.unreadable:
+            self._start(job, None, view.reason, report)
+            report.released.append(job.job_id)
+            return state
+        if proposal is None or not proposal.placed or not _fits(proposal, view.state):
+            proposal = placer.place(request, view.state) if view.state.nodes else Placement(request.job, None, view.reason)
+        if proposal.placed and age < self.config.daemon.spread_after_s and self._spans_leaves(proposal) \
+                and self._fits_one_leaf(request, view.state):
+            # It fits under one leaf switch once that leaf's jobs end: wait for it rather than cross switches.
+            proposal = Placement(request.job, None, "waiting for room under one leaf switch")
+        if not proposal.placed:
+            self._wait(job, age, report)
+            return state
+        self._start(job, dict(proposal.nodes), None, report)
+        return _taken(state, job, proposal.nodes)
+
+    def _age(self, job: Job) -> float:
+        return self.now() - job.submit_time.timestamp() if job.submit_time else 0.0
 
     def _spans_leaves(self, placement: Placement) -> bool:
         return len({self.topology.leaf_of(n) for n in placement.nodes or {}}) > 1
@@ -173,21 +264,34 @@ class Admitter:
 
     def _start(self, job: Job, nodes: dict[str, int] | None, note: str | None, report: PassReport,
                shards: int = 0) -> None:
-        """Set the node list, write the records and start the job, in one scontrol update."""
+        """Set the node list, write the tag and record and start the job, in one scontrol update."""
         fields: dict[str, str | int] = {"StartTime": "now"}
         record = self._record(job)
+        tag = Tag.parse(job.admin_comment) or Tag(TagState.HELD)
         if nodes:
-            placed = f"{next(iter(nodes))}:shard{shards}" if shards else format_placed(nodes)
+            placed = Placed(nodes, shards).render()
             fields["ReqNodeList"] = hostlist.collect_hostlist(list(nodes))
             fields["NumNodes"] = len(nodes)
             leaves = {self.topology.leaf_of(n) for n in nodes}
             record = record.with_fields(placed=placed, note=f"{len(leaves)}-switch" if len(leaves) > 1 else None)
-            tag = Tag("placed", placed, {"at": str(int(self.now()))})
+            # What the daemon will act on later is copied now, from the spec the job was placed with.
+            trusted = tag.trusted if tag.state == TagState.PLACED and tag.trusted else self._trusted(record)
+            new = tag.to(TagState.PLACED, placed=placed, at=int(self.now()), trusted=trusted)
             report.placed[job.job_id] = placed
         else:
             record = record.with_fields(note=note)
-            tag = Tag("released", extra={"why": note or "none"})
-        self._write(job, tag, record, report, **fields)
+            new = tag.to(TagState.RELEASED, extra={"why": note or "none"})
+        self._write(job, new, record, report, **fields)
+
+    def _trusted(self, record: Record) -> TrustedSpec:
+        from slurm_liquid.jobspec import JobSpec
+
+        try:
+            spec = record.job_spec() if record.spec else JobSpec()
+            text = record.spec
+        except LiquidError:
+            spec, text = JobSpec(), ""
+        return TrustedSpec.of(spec, text, self.config.elastic.max_grace_s, max(self._total_gpus, 1))
 
     def _wait(self, job: Job, age: float, report: PassReport) -> None:
         cfg = self.config.daemon
@@ -214,30 +318,30 @@ class Admitter:
             report.errors.append(f"job {job.job_id}: {exc}")
             log.warning("job %s: update failed: %s", job.job_id, exc)
 
-    def _shadow(self, job: Job, state: ClusterState, nodes: Mapping[str, Node], report: PassReport) -> None:
+    def _shadow(self, job: Job, tag: Tag, state: ClusterState, nodes: Mapping[str, Node], report: PassReport) -> None:
         if job.is_running and job.nodes and job.gpus:  # judge it as if its own GPUs were still free
             per_node = max(job.gpus // len(job.nodes), 1)
             state = ClusterState({name: replace(n, gpus_free=min(n.gpus, n.gpus_free + per_node))
                                   if name in job.nodes else n for name, n in state.nodes.items()})
+        view = job_view(job, nodes, state)
         if job.shards:
-            where = self._shard_node(job, nodes, state)
+            where = self._shard_node(job, nodes, view.state)
             would = f"{where}:shard{job.shards}" if where else "wait"
-        elif job.gpus:
-            per_node = job.gpus_per_node if job.gpus_per_node and job.gpus % job.gpus_per_node == 0 else None
-            placement = make_placer("liquid", self.topology).place(
-                PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type), state)
+        elif job.gpus and view.state.nodes:
+            placement = make_placer("liquid", self.topology).place(self._request(job), view.state)
             would = format_placed(placement.nodes) if placement.placed else "wait"
         else:
-            would = "any"
+            would = "any" if not job.gpus else "wait"
         slurm_put = f"{hostlist.collect_hostlist(list(job.nodes))}" if job.nodes else None
         record = self._record(job).with_fields(would=would, slurm=slurm_put)
-        self._write(job, Tag("shadowed", extra={"would": would}), record, report)
+        self._write(job, tag.to(TagState.SHADOWED, extra={"would": would}), record, report)
         report.annotated.append(job.job_id)
 
     # ------------------------------------------------------------ what is free
 
     def _free_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> ClusterState:
-        """Free GPUs, less those promised to jobs this daemon started that Slurm has not run yet.
+        """Free GPUs, less those promised to jobs this daemon started that Slurm has not run yet, and
+        to resizes in flight.
 
         A promise lapses after one lease: a job Slurm could not start by then is blocked by something
         else (memory, a node going down), and its GPUs should not stay reserved for it.
@@ -245,19 +349,24 @@ class Admitter:
         nodes = list(nodes)
         state = ClusterState.from_nodes(nodes)
         by_name = {n.name: n for n in nodes}
-        promised: dict[str, int] = {}
+        promised: dict[str, int] = dict(self.promised())
         for job in jobs:
             tag = Tag.parse(job.admin_comment)
-            if not (job.is_pending and tag and tag.state == "placed"):
+            if not (job.is_pending and tag and tag.state == TagState.PLACED):
                 continue
-            at = tag.extra.get("at", "")
-            if at.isdigit() and self.now() - int(at) > self.config.daemon.lease_s:
+            at = tag.placed_at(self.now())
+            if at is None or self.now() - at > self.config.daemon.lease_s:
                 continue
-            for name, gpus in parse_placed(tag.placed).items():
+            placement = tag.placement()
+            if placement is None:
+                continue
+            if placement.shards:
+                name = next(iter(placement.nodes))
+                if name in by_name and not by_name[name].shards_alloc:
+                    promised[name] = promised.get(name, 0) + 1   # a share opens one GPU
+                continue
+            for name, gpus in placement.nodes.items():
                 promised[name] = promised.get(name, 0) + gpus
-            node_name, _, shards = tag.placed.partition(":shard")
-            if shards.isdigit() and node_name in by_name and not by_name[node_name].shards_alloc:
-                promised[node_name] = promised.get(node_name, 0) + 1   # a share opens one GPU
         if not promised:
             return state
         return ClusterState({name: replace(n, gpus_free=max(n.gpus_free - promised.get(name, 0), 0))
@@ -281,15 +390,16 @@ class Admitter:
     def _take_shards(self, state: ClusterState, nodes: Mapping[str, Node], name: str, shards: int) -> ClusterState:
         node = nodes[name]
         per_gpu = node.shards // node.gpus if node.gpus else 1   # Slurm spreads shards evenly over GPUs
-        before = math.ceil(node.shards_alloc / per_gpu)
-        after = math.ceil((node.shards_alloc + shards) / per_gpu)
+        before = math.ceil(node.shards_alloc / max(per_gpu, 1))
+        after = math.ceil((node.shards_alloc + shards) / max(per_gpu, 1))
         current = state.nodes[name]
         return ClusterState({**state.nodes, name: replace(current, gpus_free=max(current.gpus_free - (after - before), 0))})
 
     # ------------------------------------------------------------ records
 
     def _record(self, job: Job) -> Record:
-        """The job's record: cli_filter's, else one built here from its spec (first time only)."""
+        """The job's record: cli_filter's, else one built here from its spec (first time only). The
+        user's own Comment text is kept in it."""
         record = Record.parse(job.comment)
         if record is not None:
             return record
@@ -297,23 +407,42 @@ class Admitter:
             return self._records[job.job_id]
         from slurm_liquid.admission.filter import Asked, field_of, spec_from, spec_text  # as at submission
 
-        record = Record().with_fields(mode="server", asked=Asked.of_job(job).describe())
+        record = Record.of_comment(job.comment).with_fields(mode="server", asked=Asked.of_job(job).describe())
         try:
             from slurm_liquid.estimate.api import estimate
 
-            script = "" if job.comment.strip().lower().startswith("liquid:") else self.client.batch_script(job.job_id)
+            script = "" if comment_opts_in(job.comment) else self.client.batch_script(job.job_id)
             spec = spec_from(script, job.comment)
-            record = Record(spec=spec_text(spec)).with_fields(**record.fields)
+            record = replace(record, spec=spec_text(spec))
             est = estimate(spec, gpu_type=job.gpu_type, **self.config.estimate.kwargs())
             record = record.with_fields(est=est.summary())
         except (LiquidError, SlurmError) as exc:
             record = record.with_fields(err=field_of(exc))
+        if len(self._records) > 10_000:
+            self._records.clear()
         self._records[job.job_id] = record
         return record
+
+
+def _fits(placement: Placement, state: ClusterState) -> bool:
+    """Does a proposal use only nodes of `state`, within their free GPUs?"""
+    return all(name in state.nodes and gpus <= state.nodes[name].gpus_free for name, gpus in (placement.nodes or {}).items())
+
+
+def _taken(state: ClusterState, job: Job, nodes: Mapping[str, int]) -> ClusterState:
+    """The state after `job` took `nodes`: GPUs, and the CPUs and memory that feed them."""
+    share = max(job.gpus, 1)
+    out = dict(state.nodes)
+    for name, gpus in nodes.items():
+        node: NodeState = out[name]
+        cpus = math.ceil(job.cpus * gpus / share) if job.cpus else 0
+        mem = math.ceil((job.mem_mib or 0) * gpus / share)
+        out[name] = replace(node, gpus_free=max(node.gpus_free - gpus, 0),
+                            cpus_free=None if node.cpus_free is None else max(node.cpus_free - cpus, 0),
+                            mem_free_mib=None if node.mem_free_mib is None else max(node.mem_free_mib - mem, 0))
+    return ClusterState(out)
 
 
 def _stranded(job: Job, nodes: Mapping[str, Node]) -> bool:
     """A pending job pinned (ReqNodeList) to a node that cannot take work now."""
     return any(name in nodes and not nodes[name].available for name in job.required_nodes)
-
-

@@ -12,7 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-PHASES = ("planned", "signalled", "requeued", "updated", "released")
+# requeuing: `requeuehold` was sent but its effect is not known yet (it timed out, or Slurm did not
+# answer the check): never final, the next step looks at the job again.
+PHASES = ("planned", "signalled", "requeuing", "requeued", "updated", "released")
 FINAL = ("done", "failed", "rolled-back")
 
 _SCHEMA = """
@@ -24,10 +26,19 @@ CREATE TABLE IF NOT EXISTS changes (
     phase    TEXT NOT NULL,
     started  REAL NOT NULL,
     updated  REAL NOT NULL,
-    note     TEXT NOT NULL DEFAULT ''
+    note     TEXT NOT NULL DEFAULT '',
+    deadline REAL NOT NULL DEFAULT 0,  -- the checkpoint grace ends: requeue then, reported or not
+    signal   TEXT NOT NULL DEFAULT 'USR1',
+    why      TEXT NOT NULL DEFAULT '',
+    tries    INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS changes_job ON changes (job_id, started);
 """
+
+
+_ADDED = (("deadline", "REAL NOT NULL DEFAULT 0"), ("signal", "TEXT NOT NULL DEFAULT 'USR1'"),
+          ("why", "TEXT NOT NULL DEFAULT ''"), ("tries", "INTEGER NOT NULL DEFAULT 0"))
+_COLUMNS = "id, job_id, old, new, phase, started, updated, note, deadline, signal, why, tries"
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,10 @@ class Change:
     started: float
     updated: float
     note: str = ""
+    deadline: float = 0.0
+    signal: str = "USR1"
+    why: str = ""
+    tries: int = 0
 
     @property
     def finished(self) -> bool:
@@ -56,38 +71,44 @@ class Journal:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(_SCHEMA)
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(changes)")}
+        for column, kind in _ADDED:   # a journal written by an older daemon
+            if column not in have:
+                self.db.execute(f"ALTER TABLE changes ADD COLUMN {column} {kind}")
         self.now = now
 
     def close(self) -> None:
         self.db.close()
 
-    def begin(self, job_id: int, old: str, new: str) -> Change:
+    def begin(self, job_id: int, old: str, new: str, grace_s: float = 0.0, signal: str = "USR1",
+              why: str = "") -> Change:
         t = self.now()
-        cur = self.db.execute("INSERT INTO changes (job_id, old, new, phase, started, updated) VALUES (?, ?, ?, ?, ?, ?)",
-                              (int(job_id), old, new, "planned", t, t))
+        cur = self.db.execute("INSERT INTO changes (job_id, old, new, phase, started, updated, deadline, signal, why) "
+                              "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                              (int(job_id), old, new, "planned", t, t, t + grace_s, signal, why))
         return self.get(int(cur.lastrowid))
 
-    def advance(self, change: Change, phase: str, note: str = "") -> Change:
+    def advance(self, change: Change, phase: str, note: str = "", tried: bool = False) -> Change:
         if phase not in PHASES + FINAL:
             raise ValueError(f"unknown phase {phase!r}")
-        self.db.execute("UPDATE changes SET phase = ?, updated = ?, note = ? WHERE id = ?",
-                        (phase, self.now(), note or change.note, change.id))
+        self.db.execute("UPDATE changes SET phase = ?, updated = ?, note = ?, tries = tries + ? WHERE id = ?",
+                        (phase, self.now(), note or change.note, int(tried), change.id))
         return self.get(change.id)
 
     def get(self, change_id: int) -> Change:
-        row = self.db.execute("SELECT id, job_id, old, new, phase, started, updated, note FROM changes WHERE id = ?",
+        row = self.db.execute(f"SELECT {_COLUMNS} FROM changes WHERE id = ?",
                               (change_id,)).fetchone()
         return Change(*row)
 
     def unfinished(self) -> list[Change]:
-        rows = self.db.execute("SELECT id, job_id, old, new, phase, started, updated, note FROM changes "
-                               "WHERE phase NOT IN (?, ?, ?) ORDER BY id", FINAL).fetchall()
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM changes WHERE phase NOT IN (?, ?, ?) ORDER BY id",
+                               FINAL).fetchall()
         return [Change(*r) for r in rows]
 
     def recent(self, job_id: int, since: float) -> list[Change]:
         """Changes of `job_id` started after `since` that did change the job (done ones)."""
-        rows = self.db.execute("SELECT id, job_id, old, new, phase, started, updated, note FROM changes "
-                               "WHERE job_id = ? AND started >= ? AND phase = 'done' ORDER BY id",
+        rows = self.db.execute(f"SELECT {_COLUMNS} FROM changes WHERE job_id = ? AND started >= ? "
+                               "AND phase = 'done' ORDER BY id",
                                (int(job_id), since)).fetchall()
         return [Change(*r) for r in rows]
 

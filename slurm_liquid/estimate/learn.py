@@ -31,7 +31,7 @@ from slurm_liquid.estimate.decide import ModelUsage
 from slurm_liquid.estimate.history import Record
 from slurm_liquid.estimate.prior import CONTEXT_MIB, MIB, breakdown, resolve_entry
 from slurm_liquid.jobspec import parse_directives
-from slurm_liquid.record import Record as JobRecord, Usage
+from slurm_liquid.ledger import Record as JobRecord, Usage
 
 TRUSTED_SOURCES = ("nvml", "nvml-acct")
 UNDER_LIMIT = 0.10           # a new model may under-estimate at most this share (or the current's)

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from slurm_liquid.record import Tag, Usage
+from slurm_liquid.ledger import Tag, Usage
 from tests.integration.cluster import Cluster, wait_for
 from tests.integration.test_submission import daemon_running, sbatch, write  # noqa: F401 (a fixture)
 

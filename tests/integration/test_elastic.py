@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from slurm_liquid.policy.dl2.history import history_slots, load_history
-from slurm_liquid.record import Record
+from slurm_liquid.ledger import Record
 from tests.integration.cluster import Cluster, wait_for
 from tests.integration.test_submission import daemon, finished, sbatch, write
 

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from slurm_liquid.record import Record, Tag
+from slurm_liquid.ledger import Record, Tag
 from tests.integration.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ def test_mixed_batch_is_placed_recorded_and_completes(cluster: Cluster, daemon_r
 
 
 def _nodes(placed: str) -> list[str]:
-    from slurm_liquid.daemon.admit import parse_placed
+    from slurm_liquid.ledger.placed import parse_placed
 
     return list(parse_placed(placed))
 

@@ -19,7 +19,7 @@ from slurm_liquid.estimate.api import estimate
 from slurm_liquid.errors import UsageError
 from slurm_liquid.estimate.decide import Decision
 from slurm_liquid.jobspec import parse_comment
-from slurm_liquid.record import Record
+from slurm_liquid.ledger import Record
 
 SITE = Path(__file__).resolve().parents[2] / "containers" / "slurm" / "liquid-site.toml"
 SITE_NODES = 4          # `nodes` in the site file

@@ -12,7 +12,7 @@ from slurm_liquid.agent.cli import Agent
 from slurm_liquid.agent.gpus import GpuSample, NoGpuReader
 from slurm_liquid.agent.procs import JobRef, Process
 from slurm_liquid.config import AgentConfig
-from slurm_liquid.record import Usage
+from slurm_liquid.ledger import Usage
 
 
 class FixedReader:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from slurm_liquid.agent.recorder import Recorder
-from slurm_liquid.record import Tag, Usage
+from slurm_liquid.ledger import Tag, Usage
 from slurm_liquid.slurm.errors import SlurmCommandError
 from slurm_liquid.slurm.models import Job
 

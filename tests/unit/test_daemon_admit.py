@@ -16,10 +16,11 @@ import pytest
 from hypothesis import given, strategies as st
 
 from slurm_liquid.config import Config, parse
-from slurm_liquid.daemon.admit import Admitter, format_placed, parse_placed
+from slurm_liquid.daemon.admit import Admitter
+from slurm_liquid.ledger.placed import format_placed, parse_placed
 from slurm_liquid.estimate.api import estimate
 from slurm_liquid.jobspec import parse_comment
-from slurm_liquid.record import Record, Tag
+from slurm_liquid.ledger import LedgerError, Record, Tag
 from slurm_liquid.slurm import Job, Node, SlurmError
 from slurm_liquid.topology import Topology
 
@@ -114,7 +115,9 @@ def assert_started_on(fields: dict, nodes: dict[str, int]) -> None:
     """The one update that starts a placed job: node list, node count, start, tag and record agree."""
     assert fields["ReqNodeList"] == hostlist.collect_hostlist(list(nodes))
     assert fields["NumNodes"] == len(nodes) and fields["StartTime"] == "now"
-    assert Tag.parse(fields["AdminComment"]) == Tag("placed", format_placed(nodes), {"at": str(int(NOW))})
+    tag = Tag.parse(fields["AdminComment"])
+    assert (tag.state, tag.placed, tag.at) == ("placed", format_placed(nodes), int(NOW))
+    assert tag.trusted is not None and tag.trusted.digest   # what the daemon acts on later, copied now
     record = Record.parse(fields["Comment"])
     assert record.get("placed") == format_placed(nodes)
 
@@ -124,7 +127,9 @@ def assert_started_on(fields: dict, nodes: dict[str, int]) -> None:
 def test_format_placed_groups_nodes_by_gpu_count() -> None:
     assert format_placed({"gpu01": 4, "gpu02": 4, "gpu03": 1}) == "gpu[01-02]:4+gpu03:1"
     assert parse_placed("gpu[01-02]:4+gpu03:1") == {"gpu01": 4, "gpu02": 4, "gpu03": 1}
-    assert parse_placed("") == {} and parse_placed("gpu01:x+:3") == {}
+    assert parse_placed("") == {}
+    with pytest.raises(LedgerError):
+        parse_placed("gpu01:x+:3")
 
 
 @given(st.dictionaries(st.integers(1, 99).map(lambda i: f"gpu{i:02d}"), st.integers(1, 8), min_size=1))
@@ -237,7 +242,7 @@ def test_a_held_job_without_gpus_is_released_at_once() -> None:
 # --- what is free --------------------------------------------------------------------------------
 
 def test_gpus_promised_to_placed_jobs_are_not_given_twice() -> None:
-    promised = job(20, 12, per_node=4, num_nodes=3, admin="liquid/1 state=placed placed=gpu[01-03]:4")
+    promised = job(20, 12, per_node=4, num_nodes=3, admin=f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW)}")
     client = FakeSlurm([promised, job(21, 4, age=9), job(22, 4, age=8, lease_left=10)], cluster())
     report = run_pass(client)
     assert client.of(20) == []
@@ -282,7 +287,8 @@ def test_shard_jobs_join_a_node_that_already_shares() -> None:
     report = run_pass(client)
     fields = client.only(40)
     assert fields["ReqNodeList"] == "gpu03" and fields["NumNodes"] == 1
-    assert Tag.parse(fields["AdminComment"]) == Tag("placed", "gpu03:shard2", {"at": str(int(NOW))})
+    tag = Tag.parse(fields["AdminComment"])
+    assert (tag.state, tag.placed, tag.at) == ("placed", "gpu03:shard2", int(NOW))
     assert report.placed == {40: "gpu03:shard2"}
 
 

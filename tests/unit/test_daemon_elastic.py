@@ -16,12 +16,14 @@ import pytest
 
 import slurm_liquid.policy
 from slurm_liquid.config import Config, parse
-from slurm_liquid.daemon.admit import format_placed, parse_placed
+from slurm_liquid.ledger.placed import format_placed, parse_placed
 from slurm_liquid.daemon.elastic import Adjuster, SlotReport, elastic_jobs
 from slurm_liquid.daemon.journal import Journal
 from slurm_liquid.daemon.resize import Checkpointing
 from slurm_liquid.policy.base import Action, ClusterView
-from slurm_liquid.record import Record
+from slurm_liquid.errors import LiquidError
+from slurm_liquid.jobspec import parse_directives
+from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
 from slurm_liquid.slurm import Job, Node, SlurmClient
 from slurm_liquid.topology import Topology
 
@@ -29,7 +31,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TOPOLOGY = Topology.from_topology_conf((ROOT / "containers" / "slurm" / "topology.conf").read_text())
 NOW = 1_700_000_000.0
 CHANGES = ("signal", "requeue_hold", "resize", "update_job", "release")
-PLACED_TAG = "liquid/1 state=placed placed={}"
 
 
 def at(offset_s: float) -> datetime:
@@ -42,8 +43,17 @@ def running(job_id: int, placed: dict[str, int], spec: str = "model=resnet50 bat
     where = format_placed(placed)
     return Job(job_id, f"job{job_id}", "alice", state, nodes=tuple(placed), num_nodes=len(placed),
                gpus=sum(placed.values()), gpus_per_node=max(placed.values()), gpu_type="h100",
-               comment=f"liquid/1 placed={where} | {spec}", admin_comment=PLACED_TAG.format(where) if tagged else "",
+               comment=f"liquid/1 placed={where} | {spec}", admin_comment=placed_tag(where, spec) if tagged else "",
                submit_time=at(-submitted_ago), start_time=at(-started_ago))
+
+
+def placed_tag(where: str, spec: str) -> str:
+    """The tag the daemon wrote when it placed the job: what it acts on later, copied from the spec."""
+    try:
+        trusted = TrustedSpec.of(parse_directives(spec), spec, max_grace_s=300, max_gpus=16)
+    except LiquidError:
+        trusted = None
+    return Tag(TagState.PLACED, where, int(NOW - 3600), trusted).render()
 
 
 def waiting(job_id: int, gpus: int, submitted_ago: float = 60) -> Job:
@@ -82,12 +92,28 @@ def no_sleep(seconds: float) -> None:
 def adjuster(client, cfg: Config, journal: Journal | None = None, progress: dict | None = None) -> Adjuster:
     report = {"checkpoint_time": NOW, **(progress or {})}
     return Adjuster(client, cfg, TOPOLOGY, journal or Journal(":memory:", now=lambda: NOW),
-                    progress=lambda job: report, now=lambda: NOW, sleep=no_sleep)
+                    progress=lambda job: report, now=lambda: NOW)
+
+
+def follow(client, jobs: list[Job]) -> None:
+    """Slurm's side of a resize: requeuehold holds the job, release lets it go."""
+    state = {j.job_id: j for j in jobs}
+    client.job.side_effect = lambda job_id: state.get(job_id)
+    client.requeue_hold.side_effect = lambda job_id: state.update(
+        {job_id: replace(state[job_id], state="PENDING", held=True, nodes=())})
+    client.release.side_effect = lambda job_id: state.update({job_id: replace(state[job_id], held=False)})
 
 
 def slot(jobs: list[Job], cfg: Config | None = None, journal: Journal | None = None) -> tuple[SlotReport, object]:
+    """One slot, then the loop's next turn (the jobs reported their checkpoints at once)."""
     client = slurm(jobs)
-    return adjuster(client, cfg or config(), journal).run_slot(), client
+    follow(client, jobs)
+    work = adjuster(client, cfg or config(), journal)
+    report = work.run_slot()
+    for change in work.resizer.step():
+        if change.phase == "done":
+            report.resized[change.job_id] = f"{change.old}->{change.new}"
+    return report, client
 
 
 def changed_jobs(client) -> set[int]:
@@ -119,7 +145,45 @@ def test_elastic_jobs_are_running_tagged_and_opted_in() -> None:
     assert list(found) == [1]
     item = found[1]
     assert (item.low, item.high, item.checkpointing) == (2, 6, Checkpointing("USR2", 30.0))
-    assert item.job is ok and item.spec.model == "resnet50"
+    assert item.job is ok and item.trusted.model == "resnet50"
+
+
+def test_an_edited_comment_changes_nothing_the_daemon_does() -> None:
+    """Finding: a 1-GPU job whose owner edited its Comment to `elastic=4:4` after placement got a root
+    `scontrol update TresPerNode=gres/gpu:4`. The range comes from the tag copied at placement."""
+    rigid = running(1, {"gpu01": 1}, "model=resnet50 batch-size=256")
+    edited = replace(rigid, comment="liquid/1 placed=gpu01:1 | model=resnet50 batch-size=256 elastic=4:4")
+    assert elastic_jobs([edited]) == {}
+    report, client = slot([edited], config("drf"))
+    assert changed_jobs(client) == set() and report.decided == {}
+    # and a job placed elastic 1:2 whose Comment now says 1:8 is never grown past 2
+    small = running(2, {"gpu01": 1}, "model=resnet50 batch-size=256 elastic=1:2")
+    widened = replace(small, comment=small.comment.replace("elastic=1:2", "elastic=1:8 signal=USR1@86400"))
+    (item,) = elastic_jobs([widened]).values()
+    assert (item.low, item.high, item.checkpointing.grace_s) == (1, 2, 60.0)
+    report, client = slot([widened], config("drf"))
+    assert report.decided == {2: 2} and sum(resized_to(client).values()) == 2
+
+
+def test_the_checkpoint_grace_is_capped_by_the_site() -> None:
+    job = running(3, {"gpu01": 1}, "model=resnet50 elastic=1:4 signal=USR1@86400")
+    (item,) = elastic_jobs([job]).values()
+    assert item.checkpointing.grace_s == 300.0
+
+
+@pytest.mark.parametrize("report", [
+    {"epoch": "x", "total": 10, "step": 1}, {"total": 1e400, "step": 1}, {"total": 10 ** 400, "step": 5},
+    {"checkpoint_time": 10 ** 400}, {"step": float("nan")}, {"epoch": -1}, {"total": True}, [], "x", None,
+])
+def test_a_poisoned_progress_report_never_breaks_the_slot(report) -> None:
+    """Finding: `"epoch": "x"`, `1e400`, or a 400-digit `total` crashed the elastic slot."""
+    jobs = [running(7, {"gpu01": 2}, "model=resnet50 batch-size=256 elastic=1:8")]
+    client = slurm(jobs)
+    follow(client, jobs)
+    work = Adjuster(client, config("drf"), TOPOLOGY, Journal(":memory:", now=lambda: NOW),
+                    progress=lambda job: report, now=lambda: NOW)
+    result = work.run_slot()
+    assert result.failed == {} and result.decided == {7: 8}
 
 
 def test_a_forged_record_without_the_tag_is_never_resized() -> None:
@@ -307,7 +371,7 @@ def test_every_slot_gives_the_policy_the_jobs_fresh_progress(monkeypatch) -> Non
     work = adjuster(client, config(), progress=progress)
     work.run_slot()
     assert made[0].speed.remaining == {"7": 900.0}
-    work.progress = lambda job: {"total": 1000, "step": 600}
+    work.report_of = lambda job: {"total": 1000, "step": 600}
     work.run_slot()
     assert len(made) == 1 and made[0].speed.remaining == {"7": 400.0}
     assert changed_jobs(client) == set()      # no action: the job keeps what it holds

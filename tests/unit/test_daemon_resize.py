@@ -1,7 +1,8 @@
 """Resizing one running job: signal, checkpoint, requeue-hold, update, release, and what a failure leaves.
 
-Slurm is a mock with the client's own signatures (a wrong keyword fails the test); the clock is
-injected and sleeping only moves it, so nothing really waits.
+Slurm is a mock with the client's own signatures (a wrong keyword fails the test) that keeps the job's
+state (`SlurmJob`): requeuehold holds it, release lets it go. The clock is injected; a resize is a state
+machine advanced by `step()`, so a test moves the clock and steps, and nothing ever waits.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 from slurm_liquid.daemon.journal import PHASES, Journal
 from slurm_liquid.daemon.resize import (Checkpointing, Resizer, current_allocation,
                                         uniform_placement_sizes)
-from slurm_liquid.record import Record, Tag
+from slurm_liquid.ledger import Record, Tag
 from slurm_liquid.slurm import Job, SlurmClient, SlurmError
 
 T0 = 1_700_000_000.0
@@ -68,9 +69,38 @@ def journal(clock: Clock) -> Journal:
     return Journal(":memory:", now=clock.now)
 
 
+class SlurmJob:
+    """The job as the mock Slurm reports it, moved by the resizer's own commands."""
+
+    def __init__(self, client, job: Job | None) -> None:
+        self.job = job
+        client.job.side_effect = lambda job_id: self.job
+        client.requeue_hold.side_effect = lambda job_id: self._set(held())
+        client.release.side_effect = lambda job_id: self._set(pending())
+
+    def _set(self, job: Job) -> None:
+        self.job = job
+
+
+@pytest.fixture
+def slurm(client) -> SlurmJob:
+    return SlurmJob(client, running())
+
+
 def resizer(client, journal: Journal, clock: Clock, checkpoint_time=None) -> Resizer:
     # By default the job reports its checkpoint the moment it is asked.
-    return Resizer(client, journal, checkpoint_time or (lambda job: clock.now()), now=clock.now, sleep=clock.sleep)
+    return Resizer(client, journal, checkpoint_time or (lambda job: clock.now()), now=clock.now)
+
+
+def drive(work: Resizer, clock: Clock, change, turn_s: float = 1.0, turns: int = 1000):
+    """The daemon's loop: a step every `turn_s` until the change is final."""
+    for _ in range(turns):
+        change = work.journal.get(change.id)
+        if change.finished:
+            return change
+        work.step()
+        clock.sleep(turn_s)
+    return work.journal.get(change.id)
 
 
 def slurm_calls(client) -> list[str]:
@@ -79,104 +109,130 @@ def slurm_calls(client) -> list[str]:
 
 # ---------------------------------------------------------------- the happy path
 
-def test_a_resize_signals_requeues_updates_notes_and_releases_in_that_order(client, journal, clock) -> None:
-    change = resizer(client, journal, clock).resize(running(), NEW, Checkpointing("USR2", 30), why="drf-slot")
-    assert slurm_calls(client) == list(SLURM_CALLS)
+def test_a_resize_signals_requeues_updates_notes_and_releases_in_that_order(client, journal, clock, slurm) -> None:
+    change = resizer(client, journal, clock).start(running(), NEW, Checkpointing("USR2", 30), why="drf-slot")
+    assert change.phase == "signalled" and slurm_calls(client) == ["signal"]   # returns at once: no wait
+    change = drive(resizer(client, journal, clock), clock, change)
+    assert change.phase == "done" and (change.old, change.new) == ("gpu01:2", "gpu[01-02]:4")
+    assert slurm_calls(client) == ["signal", "requeue_hold", "resize", "update_job", "release"]
     client.signal.assert_called_once_with(7, "USR2")
-    client.requeue_hold.assert_called_once_with(7)
     client.resize.assert_called_once_with(7, 4, num_nodes=2, nodes=["gpu01", "gpu02"], gpu_type="h100")
-    client.release.assert_called_once_with(7)
-    client.update_job.assert_called_once()
     fields = client.update_job.call_args.kwargs
     record = Record.parse(fields["Comment"])
-    assert record.get("placed") == "gpu[01-02]:4"
-    assert record.get("resized") == "1to2,2to8"          # 2 GPUs before, 8 after; the history kept
+    assert record.get("placed") == "gpu[01-02]:4" and record.get("resized") == "1to2,2to8"
     assert record.get("note") == "drf-slot" and record.spec == SPEC
-    assert fields["AdminComment"] == f"liquid/1 state=placed placed=gpu[01-02]:4 at={int(T0)} change={change.id}; agent ok"
-    assert (change.phase, change.old, change.new) == ("done", "gpu01:2", "gpu[01-02]:4")
+    assert fields["AdminComment"].endswith("; agent ok")                   # other segments kept
     assert journal.unfinished() == []
 
 
-def test_it_waits_for_a_checkpoint_newer_than_the_signal(client, journal, clock) -> None:
-    polls = []
+def test_it_waits_for_a_checkpoint_newer_than_the_signal_a_turn_at_a_time(client, journal, clock, slurm) -> None:
+    reports = []
 
     def checkpoint_time(job: Job) -> float:
-        polls.append(clock.now())
-        # An old checkpoint (before the signal) for three polls, then a fresh one.
-        return T0 - 100 if len(polls) <= 3 else clock.now()
+        reports.append(clock.now())
+        return T0 - 100 if len(reports) <= 3 else clock.now()   # an old checkpoint first, then a new one
 
-    client.requeue_hold.side_effect = lambda job_id: polls.append("requeue")
-    change = resizer(client, journal, clock, checkpoint_time).resize(running(), NEW, Checkpointing("USR1", 60))
-    assert polls[-1] == "requeue" and len(polls) == 5       # requeued right after the fourth, fresh, report
-    assert clock.now() < T0 + 60                            # did not sit out the grace time
-    assert change.phase == "done"
+    work = resizer(client, journal, clock, checkpoint_time)
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing("USR1", 60)))
+    assert change.phase == "done" and len(reports) == 4
+    assert clock.now() < T0 + 60                                # did not sit out the grace time
 
 
-def test_a_report_at_the_very_moment_of_the_signal_counts(client, journal, clock) -> None:
-    change = resizer(client, journal, clock, lambda job: T0).resize(running(), NEW, Checkpointing("USR1", 60))
-    assert clock.slept == [] and change.phase == "done"
+def test_a_report_at_the_very_moment_of_the_signal_counts(client, journal, clock, slurm) -> None:
+    work = resizer(client, journal, clock, lambda job: T0)
+    work.start(running(), NEW, Checkpointing("USR1", 60))
+    (closed,) = work.step()
+    assert closed.phase == "done" and clock.now() == T0
 
 
-def test_without_a_report_it_gives_up_after_the_grace_time_and_resizes_anyway(client, journal, clock) -> None:
+def test_without_a_report_it_requeues_when_the_grace_ends_and_not_before(client, journal, clock, slurm) -> None:
     requeued_at = []
-    client.requeue_hold.side_effect = lambda job_id: requeued_at.append(clock.now())
-    change = resizer(client, journal, clock, lambda job: None).resize(running(), NEW, Checkpointing("USR1", 3))
-    assert requeued_at == [pytest.approx(T0 + 3)]
-    assert change.phase == "done"
+    client.requeue_hold.side_effect = lambda job_id: (requeued_at.append(clock.now()), slurm._set(held()))
+    work = resizer(client, journal, clock, lambda job: None)
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing("USR1", 3)), turn_s=0.5)
+    assert change.phase == "done" and requeued_at == [T0 + 3]
+
+
+def test_a_long_grace_costs_other_work_nothing(client, journal, clock, slurm) -> None:
+    """The grace a user asks for is spent between turns of the loop, not inside any call."""
+    work = resizer(client, journal, clock, lambda job: None)
+    change = work.start(running(), NEW, Checkpointing("USR1", 86400))
+    for _ in range(10):
+        assert work.step() == [] and clock.now() < T0 + 86400
+        clock.sleep(60)
+    assert journal.get(change.id).phase == "signalled" and client.requeue_hold.called is False
+    assert work.busy() == {7} and work.in_flight() == {"gpu01": 2, "gpu02": 4}
 
 
 # ---------------------------------------------------------------- failures
 
-@pytest.mark.parametrize("step", ["signal", "requeue_hold"])
-def test_a_failure_before_the_requeue_leaves_the_job_running_and_the_change_failed(client, journal, clock,
-                                                                                     step: str) -> None:
-    getattr(client, step).side_effect = SlurmError(f"{step} refused")
-    client.job.return_value = running()          # Slurm says the job still runs
-    change = resizer(client, journal, clock).resize(running(), NEW, Checkpointing())
-    assert slurm_calls(client) == list(SLURM_CALLS[:SLURM_CALLS.index(step) + 1])
-    assert change.phase == "failed" and f"{step} refused" in change.note
-    assert journal.unfinished() == []
-
-
-def test_a_requeue_that_timed_out_but_happened_is_carried_through(client, journal, clock) -> None:
-    client.requeue_hold.side_effect = SlurmError("`scontrol requeuehold 7` timed out after 30 s")
-    client.job.return_value = held()             # ... yet the job is requeue-held
-    change = resizer(client, journal, clock).resize(running(), NEW, Checkpointing())
-    assert slurm_calls(client) == list(SLURM_CALLS)
-    assert change.phase == "done"
-
-
-def test_a_failed_update_releases_the_job_as_it_was(client, journal, clock) -> None:
-    client.resize.side_effect = SlurmError("Requested node configuration is not available")
-    change = resizer(client, journal, clock).resize(running(), NEW, Checkpointing())
-    assert slurm_calls(client) == ["signal", "requeue_hold", "resize", "release"]
-    assert change.phase == "rolled-back" and "not available" in change.note
-
-
-def test_a_failed_note_after_the_update_does_not_claim_a_rollback_of_a_resized_job(client, journal, clock) -> None:
-    client.update_job.side_effect = SlurmError("comment refused")
-    change = resizer(client, journal, clock).resize(running(), NEW, Checkpointing())
-    put_back = call(7, 2, num_nodes=1, nodes=["gpu01"], gpu_type="h100")
-    assert change.phase == "done" or client.resize.call_args_list[-1] == put_back
-
-
-def test_an_uneven_placement_is_never_asked_of_slurm_and_rolls_back(client, journal, clock) -> None:
-    change = resizer(client, journal, clock).resize(running(), {"gpu01": 4, "gpu02": 2}, Checkpointing())
-    assert slurm_calls(client) == ["signal", "requeue_hold", "release"]
-    assert change.phase == "rolled-back" and "uneven" in change.note
-
-
-def test_a_failed_release_stays_unfinished_and_reconcile_releases_the_held_job(client, journal, clock) -> None:
-    client.release.side_effect = [SlurmError("slurmctld busy"), None]
+@pytest.mark.parametrize("failing", ["signal", "requeue_hold"])
+def test_a_failure_before_the_requeue_leaves_the_job_running_and_the_change_failed(client, journal, clock, slurm,
+                                                                                   failing: str) -> None:
+    getattr(client, failing).side_effect = SlurmError("scontrol: error")
     work = resizer(client, journal, clock)
-    change = work.resize(running(), NEW, Checkpointing())
-    assert change.phase == "updated" and "release failed" in change.note
-    assert journal.unfinished() == [change]
-    client.job.return_value = held()
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing()))
+    assert change.phase == "failed" and slurm.job.is_running
+    client.resize.assert_not_called()
+    client.release.assert_not_called()
+
+
+def test_a_requeue_that_timed_out_but_happened_is_carried_through(client, journal, clock, slurm) -> None:
+    def timed_out(job_id):
+        slurm._set(held())
+        raise SlurmError("did not answer within 10 s")
+    client.requeue_hold.side_effect = timed_out
+    work = resizer(client, journal, clock)
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing()))
+    assert change.phase == "done" and client.resize.called and client.release.called
+
+
+def test_a_lost_requeue_answer_and_a_failed_check_never_leave_the_job_held(client, journal, clock, slurm) -> None:
+    """The requeue took effect, its answer was lost, and Slurm did not answer the next look either:
+    the change stays open (not failed), and the next turn that can see the job finishes it."""
+    def timed_out(job_id):
+        slurm._set(held())
+        raise SlurmError("did not answer within 10 s")
+    client.requeue_hold.side_effect = timed_out
+    work = resizer(client, journal, clock)
+    change = work.start(running(), NEW, Checkpointing("USR1", 0))
+    assert change.phase == "requeuing" and not change.finished
+    client.job.side_effect = SlurmError("slurmctld not responding")
+    assert work.step() == [] and journal.get(change.id).phase == "requeuing"
+    client.job.side_effect = lambda job_id: slurm.job
+    (closed,) = work.step()
+    assert closed.phase == "done" and client.release.called and not slurm.job.held
+
+
+def test_a_failed_update_releases_the_job_as_it_was(client, journal, clock, slurm) -> None:
+    client.resize.side_effect = SlurmError("Requested node configuration is not available")
+    work = resizer(client, journal, clock)
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing()))
+    assert change.phase == "rolled-back" and client.release.called and not slurm.job.held
+
+
+def test_a_failed_note_after_the_update_does_not_claim_a_rollback_of_a_resized_job(client, journal, clock, slurm) -> None:
+    client.update_job.side_effect = SlurmError("comment too long")
+    work = resizer(client, journal, clock)
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing()))
+    assert change.phase == "done" and client.resize.called and client.release.called
+
+
+def test_an_uneven_placement_is_never_asked_of_slurm_and_rolls_back(client, journal, clock, slurm) -> None:
+    work = resizer(client, journal, clock)
+    change = drive(work, clock, work.start(running(), {"gpu01": 4, "gpu02": 2}, Checkpointing()))
+    assert change.phase == "rolled-back" and client.release.called
+    client.resize.assert_not_called()
+
+
+def test_a_failed_release_stays_unfinished_and_the_next_step_releases_the_held_job(client, journal, clock, slurm) -> None:
+    client.release.side_effect = SlurmError("slurmctld not responding")
+    work = resizer(client, journal, clock)
+    change = work.start(running(), NEW, Checkpointing("USR1", 0))
+    assert change.phase == "updated" and "release failed" in change.note and slurm.job.held
+    client.release.side_effect = lambda job_id: slurm._set(pending())
     (closed,) = work.reconcile()
-    assert (closed.id, closed.phase) == (change.id, "done")
-    assert client.release.call_args_list == [call(7), call(7)]
-    client.resize.assert_called_once()                    # the update is not repeated
+    assert closed.phase == "done" and not slurm.job.held
     assert journal.unfinished() == []
 
 
@@ -186,14 +242,19 @@ JOB_STATES = {"running": running, "held": held, "pending": pending,
               "finished": lambda: running(state="COMPLETED"), "gone": lambda: None}
 
 # (phase the daemon died in, what Slurm says now) -> (final phase, released?). Reasoning:
-# ended -> failed; running -> done only if the update was made, else the job never stopped (failed);
-# held -> finish the change from requeued, else release it (done if updated, rolled back if not);
-# pending, not held -> someone released it already: nothing to release.
+# ended -> failed. planned: the signal was never sent, the job is not held by us: failed, untouched.
+# signalled, running: the grace is over, go on (requeue, update, release); held: requeued by a step
+# whose answer was lost, go on; pending not held: Slurm requeued it itself, failed.
+# requeuing: held -> go on; running -> requeue again; pending -> failed.
+# requeued: held -> update and release; running -> failed (someone released it); pending -> rolled back.
+# updated / released: done, releasing a job still held.
 EXPECTED = {
-    ("planned", "running"): ("failed", False), ("planned", "held"): ("rolled-back", True),
-    ("planned", "pending"): ("rolled-back", False),
-    ("signalled", "running"): ("failed", False), ("signalled", "held"): ("rolled-back", True),
-    ("signalled", "pending"): ("rolled-back", False),
+    ("planned", "running"): ("failed", False), ("planned", "held"): ("failed", False),
+    ("planned", "pending"): ("failed", False),
+    ("signalled", "running"): ("done", True), ("signalled", "held"): ("done", True),
+    ("signalled", "pending"): ("failed", False),
+    ("requeuing", "running"): ("done", True), ("requeuing", "held"): ("done", True),
+    ("requeuing", "pending"): ("failed", False),
     ("requeued", "running"): ("failed", False), ("requeued", "held"): ("done", True),
     ("requeued", "pending"): ("rolled-back", False),
     ("updated", "running"): ("done", False), ("updated", "held"): ("done", True),
@@ -216,20 +277,24 @@ def test_the_table_covers_every_phase_and_job_state() -> None:
 @pytest.mark.parametrize("phase, state, expected", list(_cases()))
 def test_reconcile_closes_what_a_killed_daemon_left(client, journal, clock, phase: str, state: str,
                                                    expected: tuple[str, bool]) -> None:
+    slurm = SlurmJob(client, JOB_STATES[state]())
     change = journal.begin(7, "gpu01:2", "gpu[01-02]:4")
     if phase != "planned":
         journal.advance(change, phase)
-    client.job.return_value = JOB_STATES[state]()
     (closed,) = resizer(client, journal, clock).reconcile()
     final, released = expected
     assert closed.phase == final
     assert client.release.called == released
-    assert client.signal.called is False and client.requeue_hold.called is False
-    if (phase, state) == ("requeued", "held"):   # resumed: the update is made before the release
-        assert slurm_calls(client) == ["resize", "update_job", "release"]
+    assert client.signal.called is False
+    if final == "done" and released:   # finished from where it stood: the update comes before the release
+        assert slurm_calls(client)[-1] == "release"
+        if phase in ("signalled", "requeuing", "requeued"):
+            assert slurm_calls(client)[-3:] == ["resize", "update_job", "release"]
     else:
         client.resize.assert_not_called()
     assert journal.unfinished() == []
+    if phase != "planned":   # a job held before any signal was held by someone else: not ours to release
+        assert slurm.job is None or not slurm.job.held
 
 
 def test_reconcile_leaves_finished_changes_alone(client, journal, clock) -> None:
@@ -270,7 +335,8 @@ def test_current_allocation_spreads_the_job_count_evenly_when_slurm_gives_no_per
     assert current_allocation(pending()) == {}
 
 
-def test_the_new_placement_is_recorded_with_its_change_id(client, journal, clock) -> None:
-    change = resizer(client, journal, clock).resize(running(), NEW, Checkpointing())
+def test_the_new_placement_is_recorded_with_its_change_id(client, journal, clock, slurm) -> None:
+    work = resizer(client, journal, clock)
+    change = drive(work, clock, work.start(running(), NEW, Checkpointing()))
     tag = Tag.parse(client.update_job.call_args.kwargs["AdminComment"])
     assert (tag.state, tag.placed, tag.extra["change"]) == ("placed", change.new, str(change.id))

@@ -19,7 +19,7 @@ from slurm_liquid.estimate.correction import Correction, Tree, load
 from slurm_liquid.estimate.decide import ModelUsage
 from slurm_liquid.estimate.prior import MIB, breakdown, resolve_entry
 from slurm_liquid.jobspec import JobSpec, parse_directives
-from slurm_liquid.record import Record, Tag, Usage
+from slurm_liquid.ledger import Record, Tag, Usage
 from slurm_liquid.slurm.models import Job
 
 CATALOG = load_catalog()

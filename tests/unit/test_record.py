@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from slurm_liquid.record import COMMENT_LIMIT, FIELDS, VERSION, Record, Tag, with_tag
+from slurm_liquid.ledger import COMMENT_LIMIT, FIELDS, VERSION, Record, Tag, with_tag
 
 # Keys as the code writes them; values are anything (with_fields cleans them into one word).
 KEYS = st.text("abcdefghijklmnopqrstuvwxyz-", min_size=1, max_size=8)
@@ -91,7 +91,7 @@ def test_with_tag_replaces_ours_and_keeps_other_segments() -> None:
 
 # --- the agent's usage segment in AdminComment ------------------------------------------------
 
-from slurm_liquid.record import Usage, with_usage  # noqa: E402
+from slurm_liquid.ledger import Usage, with_usage  # noqa: E402
 
 NODES = st.lists(st.sampled_from([f"gpu{i:02d}" for i in range(1, 40)]), min_size=1, max_size=12, unique=True)
 USAGES = st.builds(Usage, by=st.sampled_from(["nvml", "nvml-acct", "standin", "none"]), gpus=st.integers(0, 64),

@@ -89,7 +89,7 @@ def _declared(job: Job) -> tuple[int, int | None, str | None, int | None]:
     """(min GPUs, max GPUs or None if rigid, application, batch) from the job's liquid record."""
     from slurm_liquid.daemon.elastic import TRACE_APPS
     from slurm_liquid.jobspec import parse_directives
-    from slurm_liquid.record import Record
+    from slurm_liquid.ledger import Record
 
     record = Record.parse(job.comment)
     if not (record and record.spec):

@@ -1,0 +1,28 @@
+"""Versions, size limits and the one-word cleaning every ledger codec shares."""
+
+from __future__ import annotations
+
+import re
+
+from slurm_liquid.errors import LiquidError
+
+VERSION = "liquid/1"
+COMMENT_LIMIT = 1024            # slurmctld refuses a longer Comment or AdminComment
+WORD_LIMIT = 200                # one value in a record or tag
+MAX_SCRIPT_BYTES = 1 << 20      # of a batch script, read at submission or by the daemon
+MAX_LINE_CHARS = 8192           # of one logical script line the parser looks at (longer: skipped, noted)
+MAX_NODES = 65536               # nodes one hostlist in a field may name
+MAX_LEASE_S = 3600              # a hold lease can never be longer (job_submit.lua clamps it too)
+MAX_CLOCK_SKEW_S = 60           # an at= time further in the future than this is not believed
+
+_UNSAFE = re.compile(r"[|=\"'\\;]")
+
+
+class LedgerError(LiquidError):
+    """A field's text is not what its codec writes (or a transition is not allowed)."""
+
+
+def clean(value: object) -> str:
+    """One word: white space becomes '-', characters that would break a field are dropped."""
+    text = "-".join(str(value).split())
+    return _UNSAFE.sub("", text)[:WORD_LIMIT]

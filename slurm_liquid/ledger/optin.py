@@ -1,0 +1,33 @@
+"""The opt-in rule: which jobs slurm-liquid may ever touch. One rule, for Python and both Lua plugins.
+
+A job opted in when its Comment starts (after white space) with `liquid:` (a spec) or `liquid/`
+(a record cli_filter wrote), any case, or when its batch script has a line that starts (after spaces
+or tabs) with the word `#LIQUID`, any case, followed by white space or the end of the line.
+`liquidity ...` or `#LIQUIDATE` do not opt in.
+
+The two patterns below are written so that Lua (string.find) and Python (re) read them the same way;
+the Lua plugins carry them in their generated constants block (see lua_block()).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Lua pattern == Python regular expression, character for character.
+OPT_IN_COMMENT = "^[ \t\r\n]*[Ll][Ii][Qq][Uu][Ii][Dd][:/]"
+OPT_IN_SCRIPT = "\n[ \t]*#[Ll][Ii][Qq][Uu][Ii][Dd][ \t\r\n]"   # searched in "\n" .. script .. "\n"
+
+_COMMENT = re.compile(OPT_IN_COMMENT)
+_SCRIPT = re.compile(OPT_IN_SCRIPT)
+
+
+def comment_opts_in(comment: str | None) -> bool:
+    return bool(comment) and _COMMENT.search(comment) is not None
+
+
+def script_opts_in(script: str | None) -> bool:
+    return bool(script) and _SCRIPT.search(f"\n{script}\n") is not None
+
+
+def opted_in(script: str | None, comment: str | None) -> bool:
+    return comment_opts_in(comment) or script_opts_in(script)
