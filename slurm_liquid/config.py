@@ -135,7 +135,7 @@ def _typed(value: Any, default: Any, where: str) -> Any:
     elif isinstance(default, int):
         ok, kind = type(value) is int and 0 <= value < 10**12, "non-negative whole number"
     elif isinstance(default, float):
-        ok, kind = type(value) in (int, float) and 0 <= value < 1e12, "non-negative finite number"
+        ok, kind = type(value) in (int, float) and 0 <= value < 1e12, "non-negative number"
     else:
         ok, kind = isinstance(value, str), "string"
     if not ok:

@@ -34,21 +34,20 @@ def explain(job, config) -> dict:
                  "record": job.comment if record else None, "tag": tag.render() if tag else None,
                  "used": used.render() if used else None}
     if record is None:
-        from slurm_liquid.admission.filter import is_liquid
+        from slurm_liquid.ledger import comment_opts_in
 
         out["explanation"] = (
             "opted in, but no decision was recorded (submit mode off, the helper unavailable, or not placed yet)"
-            if is_liquid("", job.comment) or tag else
+            if comment_opts_in(job.comment) or tag else
             "no slurm-liquid record: the job did not opt in (no #LIQUID lines or liquid: comment)")
         return out
     out["fields"] = dict(record.fields)
     out["spec"] = record.spec
     if record.spec and "err" not in record.fields:
         from slurm_liquid.estimate.api import estimate
-        from slurm_liquid.jobspec import parse_directives
 
         try:
-            est = estimate(parse_directives(record.spec), gpu_type=job.gpu_type, **config.estimate.kwargs())
+            est = estimate(record.job_spec(), gpu_type=job.gpu_type, **config.estimate.kwargs())
             out["estimate"] = est.to_json()
             out["explanation"] = est.explanation()
         except LiquidError as exc:

@@ -387,10 +387,12 @@ def parse_comment(text: str) -> JobSpec:
 
 
 def _comment_into(layer: _Layer, text: str, where: str) -> None:
-    body = text.strip()
-    if not body.lower().startswith("liquid:"):
+    from slurm_liquid.ledger.optin import comment_spec
+
+    body = comment_spec(text)
+    if body is None:
         return
-    for key, value in _pairs(_split(body[len("liquid:"):], where), where):
+    for key, value in _pairs(_split(body, where), where):
         layer.add(key, value, where)
 
 

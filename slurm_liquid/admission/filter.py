@@ -13,14 +13,14 @@ Nothing here may make a submission fail: every error becomes a `say` line and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Mapping
 
 from slurm_liquid.config import Config
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.jobspec import JobSpec, parse_comment, parse_script
-from slurm_liquid.ledger import Record, VERSION
+from slurm_liquid.ledger import VERSION, Record, comment_spec, opted_in
 
 # Options cli_filter.lua passes in, and those the helper may set.
 OPTIONS = ("script", "gres", "gpus", "gpus-per-node", "nodes", "mem", "mem-per-gpu", "mem-per-cpu",
@@ -107,13 +107,6 @@ def parse_asked(options: Mapping[str, str]) -> Asked:
     return Asked(None, nodes=nodes, shards=shards)
 
 
-def is_liquid(script: str, comment: str) -> bool:
-    """Opted in: `#LIQUID` lines in the script or a `liquid:` comment (not our own record)."""
-    if comment.strip().lower().startswith("liquid:"):
-        return True
-    return any(line.lstrip().upper().startswith("#LIQUID") for line in script.splitlines())
-
-
 def spec_from(script: str, comment: str) -> JobSpec:
     # The command-line --comment overrides an #SBATCH --comment, as sbatch itself does.
     from_comment = parse_comment(comment)
@@ -159,14 +152,15 @@ def decide(options: Mapping[str, str], script: str, config: Config) -> Answer:
     comment = options.get("comment", "")
     answer = Answer()
     mode = config.submit.mode
-    if mode == "off" or comment.startswith(VERSION) or not is_liquid(script, comment):
+    if mode == "off" or comment.startswith(VERSION) or not opted_in(script, comment):
         return answer
     asked = parse_asked(options)
-    raw = comment.strip()[len("liquid:"):].strip() if comment.lower().startswith("liquid:") else ""
-    record = Record(spec=raw).with_fields(mode=mode, asked=asked.describe())
+    raw = comment_spec(comment) or ""
+    # The user's own Comment text stays in the record (Record.of_comment), whatever the mode.
+    record = replace(Record.of_comment(comment), spec=raw).with_fields(mode=mode, asked=asked.describe())
     try:
         spec = spec_from(script, comment)
-        record = Record(spec=spec_text(spec)).with_fields(**record.fields)
+        record = replace(record, spec=spec_text(spec))
         from slurm_liquid.estimate.api import estimate  # after the cheap checks above
 
         est = estimate(spec, gpu_type=asked.gpu_type, **config.estimate.kwargs())

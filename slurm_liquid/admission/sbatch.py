@@ -14,6 +14,7 @@ from typing import Sequence
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.jobspec import JobSpec, KEYS, canonical_key, parse_comment
+from slurm_liquid.ledger import comment_spec
 
 RAW_ARGV = True   # the dispatcher hands over the arguments unparsed: they are mostly sbatch's
 PREFIX = "--liquid-"
@@ -73,10 +74,11 @@ def sbatch_argv(argv: Sequence[str]) -> list[str]:
     spec = JobSpec.from_values(values, source="slurm-liquid sbatch")
     text = spec.to_directive().removeprefix("#LIQUID ")
     if comment is not None:
-        if not comment.strip().lower().startswith("liquid:"):
+        said = comment_spec(comment)
+        if said is None:
             raise UsageError("--comment and --liquid-* flags both want the job Comment; "
                              "put the job spec in #LIQUID lines of the script, or drop --comment")
-        text = comment.strip()[len("liquid:"):].strip() + " " + text
+        text = said + " " + text
         parse_comment(f"liquid: {text}")   # the merged spec must hold together too (conflicts, bad values)
     return ["sbatch", f"--comment=liquid: {text}", *passed]
 

@@ -29,7 +29,7 @@ import hostlist
 
 from slurm_liquid.config import Config
 from slurm_liquid.errors import LiquidError
-from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_opts_in, with_tag
+from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.base import NodeState
@@ -326,7 +326,7 @@ class Admitter:
         view = job_view(job, nodes, state)
         if job.shards:
             where = self._shard_node(job, nodes, view.state)
-            would = f"{where}:shard{job.shards}" if where else "wait"
+            would = Placed({where: 0}, job.shards).render() if where else "wait"
         elif job.gpus and view.state.nodes:
             placement = make_placer("liquid", self.topology).place(self._request(job), view.state)
             would = format_placed(placement.nodes) if placement.placed else "wait"
@@ -411,7 +411,7 @@ class Admitter:
         try:
             from slurm_liquid.estimate.api import estimate
 
-            script = "" if comment_opts_in(job.comment) else self.client.batch_script(job.job_id)
+            script = "" if comment_spec(job.comment) is not None else self.client.batch_script(job.job_id)
             spec = spec_from(script, job.comment)
             record = replace(record, spec=spec_text(spec))
             est = estimate(spec, gpu_type=job.gpu_type, **self.config.estimate.kwargs())

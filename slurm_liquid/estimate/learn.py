@@ -30,8 +30,8 @@ from slurm_liquid.estimate.catalog import Catalog
 from slurm_liquid.estimate.decide import ModelUsage
 from slurm_liquid.estimate.history import Record
 from slurm_liquid.estimate.prior import CONTEXT_MIB, MIB, breakdown, resolve_entry
-from slurm_liquid.jobspec import parse_directives
-from slurm_liquid.ledger import Record as JobRecord, Usage
+from slurm_liquid.ledger import Record as JobRecord, Tag, Usage
+from slurm_liquid.ledger.tag import spec_digest
 
 TRUSTED_SOURCES = ("nvml", "nvml-acct")
 UNDER_LIMIT = 0.10           # a new model may under-estimate at most this share (or the current's)
@@ -53,6 +53,9 @@ def _row(job: Any, catalog: Catalog, allow_standin: bool, context_mib: float) ->
         return "no spec"
     if record.spec.endswith("..."):
         return "spec cut"        # the cut may have dropped batch-size or precision: not trusted
+    tag = Tag.parse(job.admin_comment)
+    if tag and tag.trusted and tag.trusted.digest and tag.trusted.digest != spec_digest(record.spec):
+        return "spec edited"     # the Comment's spec is not the one the daemon saw at placement
     usage = Usage.parse(job.admin_comment)
     if usage is None:
         return "no usage"
@@ -65,7 +68,7 @@ def _row(job: Any, catalog: Catalog, allow_standin: bool, context_mib: float) ->
     if usage.peak_mib <= 0:
         return "peak 0"
     try:
-        spec = parse_directives(record.spec)
+        spec = record.job_spec()
     except LiquidError:
         return "spec invalid"
     if not spec.batch_size:

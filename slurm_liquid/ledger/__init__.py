@@ -14,12 +14,12 @@ Nothing outside this package formats or parses these strings.
 """
 
 from slurm_liquid.ledger.limits import COMMENT_LIMIT, VERSION, LedgerError, clean
-from slurm_liquid.ledger.optin import comment_opts_in, opted_in, script_opts_in
+from slurm_liquid.ledger.optin import comment_opts_in, comment_spec, opted_in, script_opts_in
 from slurm_liquid.ledger.placed import Placed, format_placed, parse_placed
 from slurm_liquid.ledger.record import FIELDS, Record
 from slurm_liquid.ledger.tag import Tag, TagState, TrustedSpec, with_tag
 from slurm_liquid.ledger.usage import USAGE_SOURCES, USAGE_VERSION, Usage, with_usage
 
 __all__ = ["COMMENT_LIMIT", "FIELDS", "VERSION", "LedgerError", "Placed", "Record", "Tag", "TagState",
-           "TrustedSpec", "USAGE_SOURCES", "USAGE_VERSION", "Usage", "clean", "comment_opts_in", "format_placed",
+           "TrustedSpec", "USAGE_SOURCES", "USAGE_VERSION", "Usage", "clean", "comment_opts_in", "comment_spec", "format_placed",
            "opted_in", "parse_placed", "script_opts_in", "with_tag", "with_usage"]

@@ -31,3 +31,15 @@ def script_opts_in(script: str | None) -> bool:
 
 def opted_in(script: str | None, comment: str | None) -> bool:
     return comment_opts_in(comment) or script_opts_in(script)
+
+
+SPEC_PREFIX = "liquid:"
+
+
+def comment_spec(comment: str | None) -> str | None:
+    """The job spec a `liquid: key=value ...` Comment carries (the text after the prefix), or None
+    when the Comment is not one (a record `liquid/1 ...`, or the user's own text)."""
+    body = (comment or "").strip()
+    if body[:len(SPEC_PREFIX)].lower() != SPEC_PREFIX:
+        return None
+    return body[len(SPEC_PREFIX):].strip()

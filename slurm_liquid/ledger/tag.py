@@ -195,6 +195,5 @@ def with_tag(admin_comment: str, tag: Tag) -> str:
     """The AdminComment with our tag replaced (other segments, e.g. the agent's usage, kept)."""
     from slurm_liquid.ledger.usage import _fit
 
-    kept = [s.strip() for s in (admin_comment or "").split(";")
-            if s.strip() and s.split()[0] != VERSION]
+    kept = [s.strip() for s in (admin_comment or "").split(";") if s.strip() and Tag.parse(s) is None]
     return _fit([tag.render(), *kept])[:COMMENT_LIMIT]

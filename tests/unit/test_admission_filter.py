@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from slurm_liquid.admission.filter import (Answer, Asked, decide, field_of, gpu_request, is_liquid,
+from slurm_liquid.admission.filter import (Answer, Asked, decide, field_of, gpu_request,
                                            parse_asked, read_options, run)
 from slurm_liquid.config import Config, parse
 from slurm_liquid.estimate.api import estimate
 from slurm_liquid.errors import UsageError
 from slurm_liquid.estimate.decide import Decision
 from slurm_liquid.jobspec import parse_comment
-from slurm_liquid.ledger import Record
+from slurm_liquid.ledger import Record, opted_in
 
 SITE = Path(__file__).resolve().parents[2] / "containers" / "slurm" / "liquid-site.toml"
 SITE_NODES = 4          # `nodes` in the site file
@@ -73,10 +73,22 @@ def test_parse_asked(options: dict[str, str], asked: Asked, describe: str) -> No
     assert asked.describe() == describe
 
 
-def test_is_liquid() -> None:
-    assert is_liquid("", "  Liquid: model=x")
-    assert is_liquid("#!/bin/sh\n  #liquid model=x\n", "")
-    assert not is_liquid("#!/bin/sh\n# LIQUID is a word\npython train.py\n", "a liquid: note")
+def test_the_filter_uses_the_ledgers_opt_in_rule() -> None:
+    assert opted_in("", "  Liquid: model=x")
+    assert opted_in("#!/bin/sh\n  #liquid model=x\n", "")
+    assert not opted_in("#!/bin/sh\n# LIQUID is a word\npython train.py\n", "a liquid: note")
+    assert decide({"comment": "liquidity study"}, "", parse('[submit]\nmode = "adjust"\n')).lines() == ["end"]
+
+
+@pytest.mark.parametrize("mode", ["advise", "adjust"])
+def test_the_users_own_comment_is_kept_in_the_record(mode: str) -> None:
+    """Finding: users' own --comment text was overwritten, even in advise mode."""
+    script = "#!/bin/sh\n#LIQUID model=resnet50 batch-size=64\npython train.py\n"
+    answer = decide({"gres": "gpu:4", "comment": "sweep 42: lr=3e-4"}, script, parse(f'[submit]\nmode = "{mode}"\n'))
+    comment = answer.sets["comment"]
+    assert comment.endswith(" || sweep 42: lr=3e-4") and len(comment) <= 1024
+    record = Record.parse(comment)
+    assert record.user == "sweep 42: lr=3e-4" and record.spec.startswith("model=resnet50")
 
 
 @pytest.mark.parametrize("option, expected", [

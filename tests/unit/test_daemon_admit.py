@@ -383,3 +383,83 @@ def test_a_stranded_job_that_cannot_be_placed_is_neither_released_unplaced_nor_d
     client = FakeSlurm([pinned], nodes)
     report = run_pass(client)
     assert report.waiting == [51] and client.of(51) == []
+
+
+# --- what Slurm would check (finding 6: a job was pinned to a node outside its partition) -----------
+
+def partitioned() -> list[Node]:
+    """gpu01 nearly full (best fit for one GPU), gpu03-04 the only nodes of partition `small`."""
+    nodes = cluster(gpu01=3)
+    return [replace(n, partitions=("gpu", "small") if n.name in ("gpu03", "gpu04") else ("gpu",)) for n in nodes]
+
+
+def test_a_job_is_placed_only_on_nodes_of_its_partition() -> None:
+    client = FakeSlurm([replace(job(50, 1), partition="small")], partitioned())
+    run_pass(client)
+    assert set(placed_nodes(client.only(50))) <= {"gpu03", "gpu04"}
+    client = FakeSlurm([replace(job(51, 1), partition="gpu")], partitioned())
+    run_pass(client)
+    assert placed_nodes(client.only(51)) == {"gpu01": 1}      # best fit, inside its partition
+
+
+def test_features_cpus_and_memory_rule_nodes_out() -> None:
+    nodes = [replace(n, features=("nvlink",) if n.name == "gpu04" else ()) for n in cluster(gpu01=3)]
+    client = FakeSlurm([replace(job(52, 1), features="nvlink")], nodes)
+    run_pass(client)
+    assert placed_nodes(client.only(52)) == {"gpu04": 1}
+    # gpu01 has the GPU but not the CPUs for it (7 of 8 in use): 4 CPUs per GPU asked
+    busy = [replace(n, cpus_alloc=7) if n.name == "gpu01" else n for n in cluster(gpu01=3)]
+    client = FakeSlurm([replace(job(53, 1), cpus=4, mem_mib=1000)], busy)
+    run_pass(client)
+    assert "gpu01" not in placed_nodes(client.only(53))
+    # memory: 20 GB for one GPU fits no node (16 GB each): the job waits, pinned nowhere
+    client = FakeSlurm([replace(job(54, 1), mem_mib=20000)], cluster())
+    report = run_pass(client)
+    assert report.waiting == [54] and "ReqNodeList" not in str(client.updates)
+
+
+def test_a_constraint_the_daemon_cannot_read_goes_to_slurm_unplaced() -> None:
+    client = FakeSlurm([replace(job(55, 1), features="[rack1|rack2]*2")], cluster())
+    report = run_pass(client)
+    fields = client.only(55)
+    assert "ReqNodeList" not in fields and report.released == [55]
+    assert Tag.parse(fields["AdminComment"]).state == "released"
+
+
+def test_a_placed_job_slurm_did_not_start_within_a_lease_is_unpinned() -> None:
+    stuck = job(56, 4, admin=f"liquid/1 state=placed placed=gpu02:4 at={int(NOW - LEASE - 5)}", lease_left=-LEASE - 5)
+    stuck = replace(stuck, required_nodes=("gpu02",))
+    fresh = replace(job(57, 4, admin=f"liquid/1 state=placed placed=gpu03:4 at={int(NOW - 5)}", lease_left=-5),
+                    required_nodes=("gpu03",))
+    client = FakeSlurm([stuck, fresh], cluster())
+    report = run_pass(client)
+    fields = client.only(56)
+    assert fields["ReqNodeList"] == "" and Tag.parse(fields["AdminComment"]).state == "released"
+    assert "unpinned" in Record.parse(fields["Comment"]).get("note") and report.annotated == [56]
+    assert client.of(57) == []
+
+
+# --- a job whose handling raises is skipped, counted, and not retried hot ----------------------------
+
+def test_a_job_whose_handling_raises_is_skipped_and_the_others_are_placed(monkeypatch) -> None:
+    import slurm_liquid.daemon.admit as admit
+
+    real = admit.job_view
+
+    def poisoned(job, nodes, state):
+        if job.job_id == 60:
+            raise ZeroDivisionError("poison")
+        return real(job, nodes, state)
+
+    monkeypatch.setattr(admit, "job_view", poisoned)
+    clock = [NOW]
+    client = FakeSlurm([job(60, 1, age=9), job(61, 1, age=8)], cluster())
+    admitter = Admitter(client, config(), now=lambda: clock[0])
+    report = admitter.run_pass()
+    assert list(report.failed) == [60] and "ZeroDivisionError" in report.failed[60] and 61 in report.placed
+    report = admitter.run_pass()       # the next pass leaves it alone for a while
+    assert 60 in report.skipped and report.failed == {}
+    clock[0] += 31
+    assert 60 in admitter.run_pass().failed   # then tries again, and backs off longer
+    clock[0] += 31
+    assert 60 in admitter.run_pass().skipped

@@ -19,7 +19,8 @@ from slurm_liquid.estimate.correction import Correction, Tree, load
 from slurm_liquid.estimate.decide import ModelUsage
 from slurm_liquid.estimate.prior import MIB, breakdown, resolve_entry
 from slurm_liquid.jobspec import JobSpec, parse_directives
-from slurm_liquid.ledger import Record, Tag, Usage
+from slurm_liquid.ledger import Record, Tag, TrustedSpec, Usage
+from slurm_liquid.ledger.tag import spec_digest
 from slurm_liquid.slurm.models import Job
 
 CATALOG = load_catalog()
@@ -36,11 +37,13 @@ def spec_of(**values: object) -> JobSpec:
 
 
 def job(job_id: int, spec: JobSpec | str | None, usage: Usage | None, state: str = "COMPLETED",
-        gpus: int = 1, limit: int = 1024) -> Job:
-    """A finished job as sacct reports it: the record in Comment, tag + usage in AdminComment."""
+        gpus: int = 1, limit: int = 1024, placed_spec: str | None = None) -> Job:
+    """A finished job as sacct reports it: the record in Comment, tag + usage in AdminComment.
+    `placed_spec`: the spec the daemon saw at placement (its digest goes into the tag)."""
     text = spec.to_directive().removeprefix("#LIQUID ") if isinstance(spec, JobSpec) else spec
     comment = Record(spec=text).with_fields(mode="adjust").render(limit) if text is not None else ""
-    admin = "; ".join([Tag("done").render(), *([usage.render()] if usage else [])])
+    trusted = TrustedSpec(digest=spec_digest(placed_spec)) if placed_spec is not None else None
+    admin = "; ".join([Tag("placed", "gpu01:1", 1, trusted).render(), *([usage.render()] if usage else [])])
     return Job(job_id, "train", "alice", state, partition="gpu", gpus=gpus, comment=comment,
                admin_comment=admin, source="sacct")
 
@@ -98,15 +101,17 @@ def test_skipped_jobs_are_counted_by_reason():
         job(12, "model=resnet50", used),                            # no batch size
         job(13, good, used, state="RUNNING"),                       # peak not final yet
         job(14, good, used, gpus=0),                                # a CPU job
+        job(15, good, used, placed_spec="model=resnet50 batch-size=8"),   # Comment edited after placement
+        job(16, good, used, placed_spec=good.to_directive().removeprefix("#LIQUID ")),   # as placed
     ]
     assert jobs[8].comment.endswith("...") and Record.parse(jobs[8].comment).spec.endswith("...")
     rows, skipped = learn.history_from_jobs(jobs, CATALOG)
-    assert sorted(r.extra["job_id"] for r in rows) == ["1", "2"]
+    assert sorted(r.extra["job_id"] for r in rows) == ["1", "16", "2"]
     assert skipped == {"stand-in readings": 1, "no GPU readings": 1, "peak 0": 1, "no usage": 1,
                        "no record": 1, "no spec": 1, "spec cut": 1, "unknown model": 1,
-                       "spec invalid": 2, "not finished": 1, "no GPU": 1}
+                       "spec invalid": 2, "not finished": 1, "no GPU": 1, "spec edited": 1}
     rows, skipped = learn.history_from_jobs(jobs, CATALOG, allow_standin=True)
-    assert sorted(r.extra["job_id"] for r in rows) == ["1", "2", "3"] and "stand-in readings" not in skipped
+    assert sorted(r.extra["job_id"] for r in rows) == ["1", "16", "2", "3"] and "stand-in readings" not in skipped
 
 
 def test_a_requeued_job_counts_once_with_its_last_run():

@@ -148,3 +148,19 @@ def test_any_text_gives_a_spec_or_a_usage_error(text):
             assert isinstance(parse(text), JobSpec)
         except UsageError as exc:
             assert str(exc) and "\n" not in str(exc).strip("\n")
+
+
+def test_the_script_parser_is_bounded_and_linear() -> None:
+    """Finding 2: a 1 MB opted-in script with an unclosed quote cost a 30 s placement pass (shlex is
+    quadratic in one line). Lines past MAX_LINE_CHARS are skipped with a note, scripts past
+    MAX_SCRIPT_BYTES read only to there; the work per input byte is bounded (measured in
+    benchmarks/robustness/script_parser.py, not timed here)."""
+    from slurm_liquid.ledger.limits import MAX_LINE_CHARS, MAX_SCRIPT_BYTES
+
+    head = "#!/bin/sh\n#LIQUID model=resnet50 batch-size=32\n"
+    spec = parse_script(head + "python train.py --bs 64 '" + "a " * MAX_LINE_CHARS + "\n")
+    assert spec.model == "resnet50" and any("longer than" in n for n in spec.notes)
+    spec = parse_script(head + "x\n" * (MAX_SCRIPT_BYTES // 2 + 10) + "#LIQUID epochs=3\n")
+    assert spec.epochs is None and any("first" in n for n in spec.notes)
+    with pytest.raises(UsageError, match="characters"):
+        parse_script("#LIQUID model=" + "x" * (MAX_LINE_CHARS + 1))

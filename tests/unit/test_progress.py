@@ -300,3 +300,42 @@ def test_ensure_directory_is_world_writable_and_sticky(tmp_path) -> None:
 def test_import_is_light() -> None:
     code = "import slurm_liquid.progress, sys; assert 'numpy' not in sys.modules, 'numpy imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_ensure_directory_never_follows_a_planted_symlink(tmp_path) -> None:
+    """Finding 4: a symlink planted at the progress path made a root-owned directory world-writable."""
+    victim = tmp_path / "etc-like"
+    victim.mkdir(mode=0o755)
+    users = tmp_path / "shared"
+    users.mkdir(mode=0o777)
+    users.chmod(0o777)                     # a directory users can write (e.g. /shared)
+    (users / "progress").symlink_to(victim)
+    with pytest.raises(OSError):
+        progress.ensure_directory(users / "progress")
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o755
+    (users / "progress").unlink()          # a link higher up the path is refused too
+    (users / "deep").symlink_to(victim)
+    with pytest.raises(OSError):
+        progress.ensure_directory(users / "deep" / "progress")
+    assert not (victim / "progress").exists() and stat.S_IMODE(victim.stat().st_mode) == 0o755
+
+
+def test_ensure_directory_follows_the_admins_own_link(tmp_path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)   # made by this user, in a directory only it can write
+    tmp_path.chmod(0o755)
+    path = progress.ensure_directory(tmp_path / "link" / "progress")
+    assert stat.S_IMODE((real / "progress").stat().st_mode) == 0o1777 and path == tmp_path / "link" / "progress"
+
+
+@pytest.mark.parametrize("report, expected", [
+    ({"step": 10, "total": 100, "epoch": 2, "checkpoint_time": 5.0}, (10, 100, 2, 5.0)),
+    ({"epoch": "x", "total": 1e400, "step": 10 ** 400}, (None, None, 0, None)),
+    ({"step": float("nan"), "total": True, "checkpoint_time": 10 ** 400}, (None, None, 0, None)),
+    ({"step": -1, "total": 10 ** 16}, (None, None, 0, None)),
+    ("not a dict", (None, None, 0, None)),
+])
+def test_a_report_is_read_as_bounded_claims(report, expected) -> None:
+    claims = progress.Progress.of(report)
+    assert (claims.step, claims.total, claims.epoch, claims.checkpoint_time) == expected

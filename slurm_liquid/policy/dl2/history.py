@@ -86,16 +86,21 @@ def _split(gpus: int, nodes: Sequence[str]) -> tuple[tuple[str, int], ...]:
 
 
 def _declared(job: Job) -> tuple[int, int | None, str | None, int | None]:
-    """(min GPUs, max GPUs or None if rigid, application, batch) from the job's liquid record."""
+    """(min GPUs, max GPUs or None if rigid, application, batch): from the trusted tag the daemon
+    wrote at placement, else (jobs it never placed) from the liquid record's spec."""
     from slurm_liquid.daemon.elastic import TRACE_APPS
-    from slurm_liquid.jobspec import parse_directives
-    from slurm_liquid.ledger import Record
+    from slurm_liquid.ledger import Record, Tag
 
+    tag = Tag.parse(job.admin_comment)
+    if tag and tag.trusted:
+        trusted = tag.trusted
+        low, high = (trusted.low, trusted.high) if trusted.elastic else (1, None)
+        return low or 1, high, TRACE_APPS.get(trusted.model), trusted.batch
     record = Record.parse(job.comment)
     if not (record and record.spec):
         return 1, None, None, None
     try:
-        spec = parse_directives(record.spec)
+        spec = record.job_spec()
     except LiquidError:
         return 1, None, None, None
     low, high = (spec.min_gpus or 1, spec.max_gpus) if spec.elastic else (1, None)
