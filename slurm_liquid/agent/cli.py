@@ -229,23 +229,27 @@ class Agent:
             self.restore_data(path.read_bytes())
         except FileNotFoundError:
             pass
-        except Exception as exc:  # noqa: BLE001 -- a bad state file is ignored, never a crash loop
+        except (OSError, ValueError, LiquidError) as exc:
             self.errors["state file"] += 1
-            log.warning("agent: ignoring saved meters in %s: %s: %s", path, type(exc).__name__, str(exc)[:200])
+            log.warning("agent: ignoring saved meters in %s: %s", path, exc)
+        except Exception as exc:  # noqa: BLE001 -- a bug here must not become a crash loop at start
+            self._failed("state file", exc)
 
     def restore_data(self, raw: bytes) -> None:
-        """Take over saved meters (what save() writes); ValueError when it is not that. A bad job
+        """Take over saved meters (what save() writes); LiquidError when it is not that. A bad job
         entry is skipped with a warning, the others are restored."""
         try:
             data = json.loads(raw)
+            if not isinstance(data, dict) or data.get("version") != 1:
+                raise ValueError("not a saved agent state (version 1)")
+            skipped = self.meters.restore(data.get("meters"))
         except RecursionError:
-            raise ValueError("saved meters are nested too deeply") from None
-        if not isinstance(data, dict) or data.get("version") != 1:
-            raise ValueError("not a saved agent state (version 1)")
-        skipped = self.meters.restore(data.get("meters"))
+            raise LiquidError("saved meters are nested too deeply") from None
+        except ValueError as exc:       # JSON, UTF-8, or not our format
+            raise LiquidError(f"saved meters unreadable: {str(exc)[:200]}") from None
         saved = data.get("unrecorded", {})
         if not isinstance(saved, dict):
-            raise ValueError("unrecorded jobs are not an object")
+            raise LiquidError("saved meters unreadable: unrecorded jobs are not an object")
         unrecorded = {}
         for key, value in saved.items():
             try:

@@ -33,7 +33,10 @@ def reading(value: Any) -> float | None:
     """A memory or utilisation reading as a finite non-negative float, else None (no reading)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    value = float(value)
+    try:
+        value = float(value)
+    except OverflowError:       # an integer beyond any float
+        return None
     return value if math.isfinite(value) and value >= 0 else None
 
 

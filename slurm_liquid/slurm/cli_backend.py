@@ -61,6 +61,8 @@ class CliBackend:
             doc = json.loads(out)
         except json.JSONDecodeError as exc:
             raise SlurmError(f"`{' '.join(argv)}` did not print JSON ({exc.msg} at char {exc.pos})") from None
+        except RecursionError:
+            raise SlurmError(f"`{' '.join(argv)}` printed JSON nested too deeply") from None
         if not isinstance(doc, Mapping):
             raise SlurmError(f"`{' '.join(argv)}` printed JSON that is not an object")
         return doc

@@ -409,6 +409,8 @@ def gres_detail_from_squeue(raw: Mapping[str, Any]) -> dict[str, str]:
 
 def gres_details_from_document(doc: Mapping[str, Any], command: str = "squeue") -> dict[int, dict[str, str]]:
     """{job id: {node: GRES detail}} for every job of a `squeue --json` reply that holds GRES."""
+    if not isinstance(doc.get("errors") or [], list):
+        raise SlurmError(f"{command} printed errors that are not a list")
     check_document(doc, command)
     jobs = doc.get("jobs")
     if not isinstance(jobs, list):
