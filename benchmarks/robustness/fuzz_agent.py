@@ -361,7 +361,7 @@ def case_agent_pass(rng: random.Random) -> object:
         agent.record_forever()
     unexpected = {k: v for k, v in agent.errors.items() if k != "gpus"}
     if unexpected or agent.errors.get("gpus", 0) != gpu_failures:
-        raise AssertionError(f"the pass counted errors nobody injected: {dict(agent.errors)}")
+        raise AssertionError(f"the pass counted errors nobody injected: {dict(agent.errors)} {agent.last_error}")
     return agent.snapshot()
 
 

@@ -31,7 +31,7 @@ from slurm_liquid import config as config_module
 from slurm_liquid.agent import procs as procs_module
 from slurm_liquid.agent.alloc import Allocations, gpus_from_epilog
 from slurm_liquid.agent.gpus import GpuReader, open_reader
-from slurm_liquid.agent.meter import GpuMeter, JobMeter, Meters, trusted
+from slurm_liquid.agent.meter import GpuMeter, JobMeter, Meters, saved_meters, trusted
 from slurm_liquid.agent.recorder import Recorder
 from slurm_liquid.errors import LiquidError
 
@@ -41,6 +41,7 @@ SAVE_EVERY_S = 60.0
 # would record over the real one; a requeued run restarting later than this is measured afresh
 AFTER_END_S = 15.0
 SLURM_WAIT_S = 5.0          # the sampling loop asks Slurm for a new job's GPUs; never waits longer
+MAX_QUESTIONS = 4           # "is it still running?" questions per pass: a pass waits at most 4 x SLURM_WAIT_S
 MAX_NOTE_BYTES = 4096
 
 
@@ -68,6 +69,7 @@ class Agent:
         self.meters = Meters(procs_module.clock_ticks())
         self.allocations = allocations or Allocations(recorder.node, None)
         self.errors: collections.Counter[str] = collections.Counter()   # caught exceptions, by where
+        self.last_error: dict[str, str] = {}                             # where -> the latest one
         self.ended_dir = Path(cfg.spool_dir) / "ended"
         self.finished: dict[int, float] = {}   # job -> when it ended and was handed over
         self._errors: set[str] = set()
@@ -113,6 +115,7 @@ class Agent:
         """Count an exception and log it once per kind (a bad job must not flood the log)."""
         self.errors[where] += 1
         message = f"{where}{'' if job_id is None else f' (job {job_id})'}: {type(exc).__name__}: {exc}"
+        self.last_error[where] = message[:300]
         key = f"{where}: {type(exc).__name__}: {exc}"[:300]
         if key not in self._errors and len(self._errors) < 1000:
             self._errors.add(key)
@@ -148,16 +151,22 @@ class Agent:
                 os.unlink(entry.path)
             except OSError:
                 pass
+        asked = 0
         for job_id, meter in list(self.meters.jobs.items()):
             quiet = now - meter.last_seen > self.cfg.end_grace_s
             # a multi-node job between steps is quiet here for long: ask Slurm once per grace period
             if job_id not in ended and quiet and now - self._asked.get(job_id, 0.0) > self.cfg.end_grace_s:
+                if asked >= MAX_QUESTIONS:
+                    break               # the rest next pass: each question may wait SLURM_WAIT_S
                 self._asked[job_id] = now
+                asked += 1
                 try:
                     running = self.job_running(job_id)
                 except Exception as exc:  # noqa: BLE001 -- one job's question must not stop the others
                     self._failed("job state", exc, job_id)
                     continue
+                if running is None:
+                    break               # Slurm does not answer: ask the others next pass, not now
                 if running is False:
                     ended[job_id] = {}
         return ended
@@ -242,24 +251,12 @@ class Agent:
             data = json.loads(raw)
             if not isinstance(data, dict) or data.get("version") != 1:
                 raise ValueError("not a saved agent state (version 1)")
-            skipped = self.meters.restore(data.get("meters"))
+            unrecorded, not_ended = saved_meters(data.get("unrecorded", {}))
+            skipped = not_ended + self.meters.restore(data.get("meters"))
         except RecursionError:
             raise LiquidError("saved meters are nested too deeply") from None
         except ValueError as exc:       # JSON, UTF-8, or not our format
             raise LiquidError(f"saved meters unreadable: {str(exc)[:200]}") from None
-        saved = data.get("unrecorded", {})
-        if not isinstance(saved, dict):
-            raise LiquidError("saved meters unreadable: unrecorded jobs are not an object")
-        unrecorded = {}
-        for key, value in saved.items():
-            try:
-                meter = JobMeter.from_json(value)
-                if str(meter.job_id) != key:
-                    raise ValueError("job id does not match its key")
-            except (ValueError, TypeError):
-                skipped += 1
-                continue
-            unrecorded[meter.job_id] = meter
         for job_id, meter in sorted(unrecorded.items()):
             self.hand_over(job_id, meter)
         if skipped:
@@ -275,7 +272,8 @@ class Agent:
             jobs[str(job_id)] = {**meter.to_json(), "usage": meter.usage(self.reader.source, self.recorder.node).render(),
                                  "gpus_from": held.via if held else None}
         return {"node": self.recorder.node, "gpu_source": self.reader.source, "problem": self.reader.problem,
-                "slurm_problem": self.allocations.problem, "errors": dict(self.errors), "jobs": jobs}
+                "slurm_problem": self.allocations.problem, "errors": dict(self.errors),
+                "last_error": dict(self.last_error), "jobs": jobs}
 
 
 def epilog_note(text: str) -> dict[str, str]:

@@ -27,17 +27,19 @@ from slurm_liquid.agent.procs import MAX_JOB_ID, Process
 from slurm_liquid.record import Usage
 
 MAX_GPUS = 1024             # GPU meters per job: more is a corrupt state file, not a node
+MAX_READING = float(2 ** 40)
 
 
 def reading(value: Any) -> float | None:
-    """A memory or utilisation reading as a finite non-negative float, else None (no reading)."""
+    """A memory or utilisation reading as a finite non-negative float, else None (no reading; NaN fails too)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
         value = float(value)
     except OverflowError:       # an integer beyond any float
         return None
-    return value if math.isfinite(value) and value >= 0 else None
+    # 2**40 MiB is an exabyte: a larger reading is a broken one, and sums of several stay finite
+    return value if 0 <= value < MAX_READING else None
 
 
 @dataclass
@@ -223,19 +225,28 @@ class Meters:
     def restore(self, data: Any) -> int:
         """Add the saved meters of jobs not measured yet; a malformed entry is skipped (ValueError
         when `data` is not a saved Meters at all). Returns how many were skipped."""
-        if not isinstance(data, Mapping):
-            raise ValueError("saved meters are not an object")
-        skipped = 0
-        for key, value in data.items():
-            try:
-                meter = JobMeter.from_json(value)
-                if str(meter.job_id) != key:
-                    raise ValueError("job id does not match its key")
-            except (ValueError, TypeError):
-                skipped += 1
-                continue
-            self.jobs.setdefault(meter.job_id, meter)
+        meters, skipped = saved_meters(data)
+        for job_id, meter in meters.items():
+            self.jobs.setdefault(job_id, meter)
         return skipped
+
+
+def saved_meters(data: Any) -> tuple[dict[int, JobMeter], int]:
+    """({job id: meter}, how many malformed entries were skipped) of a saved {"<job id>": meter}
+    object (ValueError when it is not an object)."""
+    if not isinstance(data, Mapping):
+        raise ValueError("saved meters are not an object")
+    meters, skipped = {}, 0
+    for key, value in data.items():
+        try:
+            meter = JobMeter.from_json(value)
+            if str(meter.job_id) != key:
+                raise ValueError("job id does not match its key")
+        except (ValueError, TypeError):
+            skipped += 1
+            continue
+        meters[meter.job_id] = meter
+    return meters, skipped
 
 
 def _process_mib(gp: GpuProcess) -> float:

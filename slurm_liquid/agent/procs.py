@@ -171,8 +171,8 @@ def _parse_stat(data: bytes) -> _Stat:
     text = data.decode("utf-8", "replace")
     open_at, close_at = text.index("("), text.rindex(")")
     fields = text[close_at + 1:].split()   # fields[0] is the state, field 3 of proc(5)
-    return _Stat(comm=text[open_at + 1:close_at], ppid=int(fields[1]), flags=int(fields[6]),
-                 cpu_ticks=int(fields[11]) + int(fields[12]))
+    return _Stat(comm=text[open_at + 1:close_at], ppid=_counter(fields[1]), flags=_counter(fields[6]),
+                 cpu_ticks=_counter(fields[11]) + _counter(fields[12]))
 
 
 def _parse_status(data: bytes) -> tuple[int, int]:
@@ -181,12 +181,19 @@ def _parse_status(data: bytes) -> tuple[int, int]:
     for line in data.decode("utf-8", "replace").splitlines():
         key, _, value = line.partition(":")
         if key == "Uid":
-            uid = int(value.split()[0])
+            uid = _counter(value.split()[0])
         elif key == "VmRSS":
-            rss = int(value.split()[0])
+            rss = _counter(value.split()[0])
     if uid is None:
         raise ValueError("no Uid line")
     return uid, rss
+
+
+def _counter(word: str) -> int:
+    """A non-negative kernel number (ASCII digits, below 2**64); ValueError otherwise."""
+    if not (word.isascii() and word.isdigit() and len(word) <= 20) or int(word) >= 2 ** 64:
+        raise ValueError(f"not a /proc number: {word[:30]!r}")
+    return int(word)
 
 
 def _parse_environ(data: bytes) -> dict[str, str]:

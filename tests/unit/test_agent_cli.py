@@ -323,3 +323,16 @@ def test_a_bad_epilog_note_or_file_name_is_skipped(tmp_path: Path) -> None:
     drain(agent)
     assert [(j, u.gpus) for j, u, _ in recorder.records] == [(1, 2)]      # GPUs 0 and 3
     assert list(agent.ended_dir.iterdir()) == []
+
+
+def test_a_pass_asks_slurm_a_bounded_number_of_questions(tmp_path: Path) -> None:
+    jobs = {100 + j: process(j) for j in range(1, 21)}
+    asked: list[int] = []
+    agent, _, clock = make_agent(tmp_path, jobs, running=lambda j: asked.append(j) or True)
+    agent.sample()
+    jobs.clear()
+    clock.now += 31
+    assert agent.ended_jobs(clock.now) == {} and len(asked) == 4     # 4 x at most SLURM_WAIT_S
+    agent.job_running = lambda j: asked.append(j) or None            # Slurm stops answering
+    assert agent.ended_jobs(clock.now) == {} and len(asked) == 5     # one question, then next pass
+    assert len(set(asked)) == 5
