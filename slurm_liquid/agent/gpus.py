@@ -19,6 +19,7 @@ This module only reads; which Slurm job a process belongs to is decided elsewher
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -104,7 +105,7 @@ def _mib(n_bytes: int | None) -> float | None:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class NvmlReader:
@@ -189,7 +190,13 @@ class NvmlReader:
 
 
 def _number(value: Any, kinds: tuple[type, ...] = (int, float)) -> bool:
-    return isinstance(value, kinds) and not isinstance(value, bool)  # JSON true is not a number
+    """A finite non-negative JSON number (true is not one; NaN, Infinity and 1e400 are not readings)."""
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value) and 0 <= value < 2 ** 53
+    except OverflowError:       # an integer too large for a float
+        return False
 
 
 class StandinReader:
@@ -205,7 +212,7 @@ class StandinReader:
     def _total_mib(self) -> float:
         try:
             total = json.loads((self.directory / "devices.json").read_text())["total_mib"]
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
             return STANDIN_TOTAL_MIB
         return float(total) if _number(total) else STANDIN_TOTAL_MIB
 
@@ -216,13 +223,14 @@ class StandinReader:
             if path.name == "devices.json":
                 continue
             try:
-                record = json.loads(path.read_text())
+                with open(path, "rb") as handle:
+                    record = json.loads(handle.read(64 * 1024))
                 pid, gpu, used, util = record["pid"], record["gpu"], record["used_mib"], record.get("util")
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError):
                 continue  # half-written or malformed: a test job's file, not worth stopping for
             well_formed = (
-                _number(pid, (int,)) and _number(gpu, (int,)) and _number(used)
-                and (util is None or _number(util))
+                _number(pid, (int,)) and 0 < pid < 2 ** 22 and _number(gpu, (int,)) and gpu < 1024
+                and _number(used) and (util is None or _number(util))
             )
             if well_formed and Path(f"/proc/{pid}").exists():
                 found.append((gpu, GpuProcess(pid, float(used), util=None if util is None else float(util))))

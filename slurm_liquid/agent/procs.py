@@ -17,6 +17,10 @@ Three sources, tried in order of how far they can be trusted:
 3. SLURM_JOB_ID in /proc/PID/environ: what the process was started with. Any user can set it, so
    such a match says via="environ" and callers must not let it decide anything that matters.
 
+Nothing else is taken from a process's environment: which GPUs a job holds comes from slurmd's
+and slurmctld's view (agent/alloc.py), never from SLURM_JOB_GPUS, which its owner can set to name
+another job's GPUs. What a process does give is the devices cgroup of its job (cgroup v1), root's.
+
 A scan reads each process's files at most once: ancestors' stat/status/cmdline are cached, so a
 tree of hundreds of processes under one slurmstepd costs one read per file.
 """
@@ -27,9 +31,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Mapping
 
 PF_KTHREAD = 0x00200000     # /proc/PID/stat flags bit of kernel threads (include/linux/sched.h)
 MAX_ANCESTRY = 64           # a task sits a few levels below its slurmstepd; bound the walk anyway
+MAX_JOB_ID = 2 ** 32 - 1    # Slurm's job ids are uint32; a longer number is nobody's job
+MAX_FILE_BYTES = 1 << 20    # /proc/PID/environ can be large, but not this large for what we read
 
 # systemd slices/scopes only: a delegated user subtree always passes through user@UID.service
 _SYSTEMD_PREFIX = r"(?:/[^/]+\.(?:slice|scope))*"
@@ -56,9 +63,7 @@ class Process:
     job: JobRef
     rss_kib: int                # VmRSS (0 for zombies)
     cpu_ticks: int              # utime + stime, in clock ticks (see clock_ticks())
-    job_gpus: tuple[int, ...]   # absolute GPU indices: SLURM_STEP_GPUS, else SLURM_JOB_GPUS
-    shards: int                 # SLURM_SHARDS_ON_NODE, 0 if absent
-    nodelist: str               # SLURM_JOB_NODELIST, "" if absent
+    devices_cgroup: str = ""    # cgroup v1: the job's directory in the devices hierarchy, else ""
 
 
 def job_from_cgroup(text: str) -> JobRef | None:
@@ -70,26 +75,38 @@ def job_from_cgroup(text: str) -> JobRef | None:
             continue
         v2 = parts[0] == "0" and parts[1] == ""
         match = (_CGROUP_V2 if v2 else _CGROUP_V1).match(parts[2])
-        if match:
-            return JobRef(int(match[1]), match[2], "cgroup-v2" if v2 else "cgroup-v1")
+        if match and (job_id := job_id_of(match[1])) is not None:
+            return JobRef(job_id, match[2], "cgroup-v2" if v2 else "cgroup-v1")
     return None
+
+
+def devices_cgroup(text: str) -> str:
+    """The job directory in the cgroup v1 devices hierarchy (`/slurm/uid_1001/job_7`) of a
+    /proc/PID/cgroup content, "" when the devices controller does not hold it in a Slurm job."""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) == 3 and "devices" in parts[1].split(","):
+            match = _CGROUP_V1.match(parts[2])
+            return parts[2][:match.end(1)] if match and job_id_of(match[1]) is not None else ""
+    return ""
 
 
 def job_from_stepd_cmdline(cmdline: bytes) -> JobRef | None:
     """The step a slurmstepd serves, from its process title ("slurmstepd: [1234.batch]\\0")."""
     title = cmdline.split(b"\0", 1)[0].decode("utf-8", "replace")
     match = _STEPD_TITLE.match(title)
-    return JobRef(int(match[1]), match[2], "slurmstepd") if match else None
+    job_id = job_id_of(match[1]) if match else None
+    return JobRef(job_id, match[2], "slurmstepd") if match and job_id is not None else None
 
 
 def job_from_environ(data: bytes) -> JobRef | None:
     """SLURM_JOB_ID (and SLURM_STEP_ID) of a /proc/PID/environ content. Forgeable: via="environ"."""
     env = _parse_environ(data)
-    job_id = env.get("SLURM_JOB_ID", "")
-    if not _is_number(job_id):
+    job_id = job_id_of(env.get("SLURM_JOB_ID", ""))
+    if job_id is None:
         return None
     step = env.get("SLURM_STEP_ID", "")
-    return JobRef(int(job_id), step if _STEP_NAME.fullmatch(step) else None, "environ")
+    return JobRef(job_id, step if _STEP_NAME.fullmatch(step) and len(step) <= 32 else None, "environ")
 
 
 def clock_ticks() -> int:
@@ -101,9 +118,24 @@ def scan(proc_root: Path = Path("/proc")) -> dict[int, Process]:
     """Every process under proc_root that belongs to a Slurm job, by pid. slurmstepd (Slurm's, not
     the job's) and kernel threads are left out; a process that vanishes or cannot be read is
     skipped."""
-    tree = _Tree(Path(proc_root))
-    with os.scandir(proc_root) as entries:
+    root = Path(proc_root)
+    with os.scandir(root) as entries:
         pids = [int(entry.name) for entry in entries if entry.name.isascii() and entry.name.isdigit()]
+    return _scan(_Tree(lambda pid, name: _read(root / str(pid) / name)), pids)
+
+
+def scan_files(files: Mapping[int, Mapping[str, bytes]]) -> dict[int, Process]:
+    """scan() over an in-memory /proc ({pid: {"stat": b"...", "cgroup": b"...", ...}}): the same
+    parsing, for tests and the fuzz suite."""
+    def read(pid: int, name: str) -> bytes:
+        try:
+            return files[pid][name]
+        except KeyError:
+            raise FileNotFoundError(name) from None
+    return _scan(_Tree(read), [pid for pid in files if isinstance(pid, int) and pid > 0])
+
+
+def _scan(tree: "_Tree", pids: list[int]) -> dict[int, Process]:
     found = {}
     for pid in pids:
         process = tree.process(pid)
@@ -122,7 +154,16 @@ class _Stat:
 
 def _read(path: Path) -> bytes:
     with open(path, "rb") as file:
-        return file.read()
+        return file.read(MAX_FILE_BYTES)
+
+
+def job_id_of(text: str) -> int | None:
+    """A Slurm job id from text that must be all ASCII digits (None otherwise, or when out of range):
+    int() of a user's 5000-digit SLURM_JOB_ID would raise, and a root loop must not."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 10):
+        return None
+    job_id = int(text)
+    return job_id if 0 < job_id <= MAX_JOB_ID else None
 
 
 def _parse_stat(data: bytes) -> _Stat:
@@ -130,8 +171,8 @@ def _parse_stat(data: bytes) -> _Stat:
     text = data.decode("utf-8", "replace")
     open_at, close_at = text.index("("), text.rindex(")")
     fields = text[close_at + 1:].split()   # fields[0] is the state, field 3 of proc(5)
-    return _Stat(comm=text[open_at + 1:close_at], ppid=int(fields[1]), flags=int(fields[6]),
-                 cpu_ticks=int(fields[11]) + int(fields[12]))
+    return _Stat(comm=text[open_at + 1:close_at], ppid=_counter(fields[1]), flags=_counter(fields[6]),
+                 cpu_ticks=_counter(fields[11]) + _counter(fields[12]))
 
 
 def _parse_status(data: bytes) -> tuple[int, int]:
@@ -140,12 +181,19 @@ def _parse_status(data: bytes) -> tuple[int, int]:
     for line in data.decode("utf-8", "replace").splitlines():
         key, _, value = line.partition(":")
         if key == "Uid":
-            uid = int(value.split()[0])
+            uid = _counter(value.split()[0])
         elif key == "VmRSS":
-            rss = int(value.split()[0])
+            rss = _counter(value.split()[0])
     if uid is None:
         raise ValueError("no Uid line")
     return uid, rss
+
+
+def _counter(word: str) -> int:
+    """A non-negative kernel number (ASCII digits, below 2**64); ValueError otherwise."""
+    if not (word.isascii() and word.isdigit() and len(word) <= 20) or int(word) >= 2 ** 64:
+        raise ValueError(f"not a /proc number: {word[:30]!r}")
+    return int(word)
 
 
 def _parse_environ(data: bytes) -> dict[str, str]:
@@ -157,27 +205,19 @@ def _parse_environ(data: bytes) -> dict[str, str]:
     return env
 
 
-def _is_number(text: str) -> bool:
-    return text.isascii() and text.isdigit()
-
-
-def _gpus(text: str) -> tuple[int, ...]:
-    return tuple(int(item) for item in text.split(",") if _is_number(item.strip()))
-
-
 class _Tree:
     """One scan's view of /proc; a file that cannot be read or parsed is remembered as None."""
 
-    def __init__(self, root: Path):
-        self.root = root
+    def __init__(self, read: Callable[[int, str], bytes]):
+        self._read = read
         self._cache: dict[tuple[int, str], object] = {}
 
     def _file(self, pid: int, name: str, parse):
         key = (pid, name)
         if key not in self._cache:
             try:
-                self._cache[key] = parse(_read(self.root / str(pid) / name))
-            except (OSError, ValueError, IndexError):
+                self._cache[key] = parse(self._read(pid, name))
+            except (OSError, ValueError, IndexError):   # gone, unreadable, or not what proc(5) says
                 self._cache[key] = None
         return self._cache[key]
 
@@ -216,17 +256,11 @@ class _Tree:
         if stat.comm == "slurmstepd" and uid == 0:     # a user may name a job process so
             return None
         cgroup = self._file(pid, "cgroup", lambda data: data.decode("utf-8", "replace")) or ""
-        # another user's environ needs CAP_SYS_PTRACE (root in a container may lack it): without
-        # it the job still maps through its cgroup or slurmstepd, only its GPU list is unknown
-        environ = self._file(pid, "environ", bytes) or b""
+        # the environment is read last and only for SLURM_JOB_ID (another user's environ needs
+        # CAP_SYS_PTRACE, which root in a container may lack: such a process maps the other ways)
         job = (job_from_cgroup(cgroup) or self.job_from_ancestry(stat.ppid)
-               or job_from_environ(environ))
+               or self._file(pid, "environ", job_from_environ))
         if job is None:
             return None
-        env = _parse_environ(environ)
-        gpus = env["SLURM_STEP_GPUS"] if "SLURM_STEP_GPUS" in env else env.get("SLURM_JOB_GPUS", "")
-        shards = env.get("SLURM_SHARDS_ON_NODE", "")
         return Process(pid=pid, uid=uid, comm=stat.comm, job=job, rss_kib=rss_kib,
-                       cpu_ticks=stat.cpu_ticks, job_gpus=_gpus(gpus),
-                       shards=int(shards) if _is_number(shards) else 0,
-                       nodelist=env.get("SLURM_JOB_NODELIST", ""))
+                       cpu_ticks=stat.cpu_ticks, devices_cgroup=devices_cgroup(cgroup))

@@ -61,6 +61,8 @@ class CliBackend:
             doc = json.loads(out)
         except json.JSONDecodeError as exc:
             raise SlurmError(f"`{' '.join(argv)}` did not print JSON ({exc.msg} at char {exc.pos})") from None
+        except RecursionError:
+            raise SlurmError(f"`{' '.join(argv)}` printed JSON nested too deeply") from None
         if not isinstance(doc, Mapping):
             raise SlurmError(f"`{' '.join(argv)}` printed JSON that is not an object")
         return doc
@@ -92,6 +94,23 @@ class CliBackend:
         jobs = parse.jobs_from_document(doc, "squeue")
         # Slurm 22.05's `squeue --json` ignores --jobs and prints every job: filter here too.
         return _only(jobs, ids)
+
+    def gres_detail(self, job_ids: Iterable[int]) -> dict[int, dict[str, str]]:
+        """{job id: {node: GRES with device indices}} as slurmctld allocated them, e.g.
+        {7: {'gpu01': 'gpu:h100:2(IDX:0-1)'}}: what `scontrol show job -d` prints per node, read
+        from `squeue --json` where no user-chosen text can pass for it. Jobs Slurm no longer knows,
+        or that hold no GRES, are left out."""
+        ids = sorted({int(j) for j in job_ids})
+        if not ids:
+            return {}
+        try:
+            doc = self._json("squeue", "--json", "--jobs=" + ",".join(map(str, ids)))
+        except SlurmCommandError as exc:
+            if "Invalid job id" in exc.stderr:
+                return {}
+            raise
+        details = parse.gres_details_from_document(doc, "squeue")
+        return {j: details[j] for j in ids if j in details}    # 22.05 ignores --jobs
 
     def job(self, job_id: int) -> Job | None:
         """One job, from slurmctld if it still knows it, else from accounting."""

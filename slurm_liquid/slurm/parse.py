@@ -370,3 +370,106 @@ def latest_runs(jobs: list[Job]) -> list[Job]:
 def nodes_from_document(doc: Mapping[str, Any], command: str) -> list[Node]:
     check_document(doc, command)
     return [node_from_json(raw) for raw in doc.get("nodes") or []]
+
+
+# ---------------------------------------------------------------- GRES device indices per node
+
+MAX_DEVICE_INDEX = 1023     # a node's GRES device index (a GPU's minor number); more is not a real node
+
+
+def gres_detail_from_squeue(raw: Mapping[str, Any]) -> dict[str, str]:
+    """{node: its GRES with device indices} of one `squeue --json` job, e.g. {'gpu01': 'gpu:h100:2(IDX:0-1)'}.
+
+    `gres_detail` holds one string per allocated node, in the order of the job's allocated nodes
+    (job_resources: `allocated_nodes[].nodename` on 22.05, `nodes.allocation[].name` from 23.02 on);
+    it is what `scontrol show job -d` prints as each node's `GRES=`, but JSON-escaped, so no text a
+    user chose (job name, working directory) can pass for it. {} when it cannot be paired with nodes.
+    """
+    details = raw.get("gres_detail")
+    if not isinstance(details, list) or not details:
+        return {}
+    resources = raw.get("job_resources")
+    names: list[Any] = []
+    if isinstance(resources, Mapping):
+        nodes = resources.get("nodes")
+        if isinstance(nodes, Mapping) and isinstance(nodes.get("allocation"), list):
+            names = [n.get("name") if isinstance(n, Mapping) else None for n in nodes["allocation"]]
+        elif isinstance(resources.get("allocated_nodes"), list):
+            names = [n.get("nodename") if isinstance(n, Mapping) else None for n in resources["allocated_nodes"]]
+    if not names:
+        try:
+            names = list(expand_nodes(raw.get("nodes")))
+        except hostlist.BadHostlist:
+            raise SlurmError(f"squeue: job {raw.get('job_id')!r} has an unreadable node list") from None
+    if len(names) != len(details) or not all(isinstance(n, str) and n for n in names) \
+            or not all(isinstance(d, str) for d in details):
+        return {}
+    return dict(zip(names, details))
+
+
+def gres_details_from_document(doc: Mapping[str, Any], command: str = "squeue") -> dict[int, dict[str, str]]:
+    """{job id: {node: GRES detail}} for every job of a `squeue --json` reply that holds GRES."""
+    if not isinstance(doc.get("errors") or [], list):
+        raise SlurmError(f"{command} printed errors that are not a list")
+    check_document(doc, command)
+    jobs = doc.get("jobs")
+    if not isinstance(jobs, list):
+        raise SlurmError(f"{command} printed no job list")
+    out: dict[int, dict[str, str]] = {}
+    for raw in jobs:
+        if not isinstance(raw, Mapping):
+            raise SlurmError(f"{command} printed a job that is not an object")
+        job_id = num(raw.get("job_id"))
+        if not isinstance(job_id, int) or not 0 < job_id < 2 ** 32:
+            raise SlurmError(f"{command} printed a job without a valid id: {raw.get('job_id')!r}")
+        detail = gres_detail_from_squeue(raw)
+        if detail:
+            out[job_id] = detail
+    return out
+
+
+def gres_indices(detail: str, name: str = "gpu") -> tuple[tuple[int, ...], int]:
+    """(device indices, count) of one GRES in a node's detail, over all its types:
+    'gpu:h100:2(IDX:0-1)' -> ((0, 1), 2); 'shard:4(IDX:0)' (22.05) and 'shard:4(4/4,0/4,0/4,0/4)'
+    (23.02+: allocated/total per device) -> ((0,), 4); 'gpu:1(IDX:N/A)' -> ((), 1)."""
+    if not isinstance(detail, str):
+        raise SlurmError(f"GRES detail {detail!r} is not text")
+    indices: set[int] = set()
+    total = 0
+    for item in split_gres(detail):
+        match = re.fullmatch(r"([^:()]+)((?::[^:()]*)*?)(?::(\d{1,9}))?(?:\((.*)\))?", item)
+        if match is None:
+            raise SlurmError(f"unreadable GRES detail {item!r}")
+        gname, count, inside = match[1], match[3], match[4] or ""
+        if gname.removeprefix("gres/") != name:
+            continue
+        found = _device_indices(inside, item)
+        total += int(count) if count else max(len(found), 1)     # 'gpu(IDX:4-7)' names no count
+        indices.update(found)
+    return tuple(sorted(indices)), total
+
+
+def _device_indices(inside: str, item: str) -> set[int]:
+    """Device indices of `IDX:0-1,3` or of a per-device `4/4,0/4` list (the devices with a share)."""
+    if inside.startswith("IDX:"):
+        ranges = inside[4:]
+        if ranges in ("", "N/A"):
+            return set()
+        found: set[int] = set()
+        for part in ranges.split(","):
+            low, sep, high = part.partition("-")
+            if not low.isdigit() or (sep and not high.isdigit()) or len(low) > 9 or len(high) > 9:
+                raise SlurmError(f"unreadable device indices in GRES detail {item!r}")
+            first, last = int(low), int(high) if sep else int(low)
+            if first > last or last > MAX_DEVICE_INDEX:
+                raise SlurmError(f"device indices out of range in GRES detail {item!r}")
+            found.update(range(first, last + 1))
+        return found
+    if re.fullmatch(r"\d{1,9}/\d{1,9}(?:,\d{1,9}/\d{1,9})*", inside):
+        shares = [int(p.split("/")[0]) for p in inside.split(",")]
+        if len(shares) > MAX_DEVICE_INDEX + 1:
+            raise SlurmError(f"too many devices in GRES detail {item!r}")
+        return {i for i, share in enumerate(shares) if share > 0}
+    if inside == "" or inside.startswith("S:"):     # no indices, or only the socket binding
+        return set()
+    raise SlurmError(f"unreadable device list in GRES detail {item!r}")

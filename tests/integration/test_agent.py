@@ -77,6 +77,8 @@ def test_agents_map_real_jobs_and_record_what_they_used_in_sacct(cluster: Cluste
         else None)(snapshot(cluster, node)), timeout=30)
     measured = seen["jobs"][str(single)]
     assert seen["gpu_source"] == "standin" and measured["via"] == "slurmstepd"
+    # which GPUs are the job's comes from slurmctld (no devices cgroup here), not its environment
+    assert measured["gpus_from"] == "slurm" and seen["errors"] == {}, seen
     assert len(measured["gpus"]) == 2 and measured["host_peak_mib"] >= 64
     # the same node without NVML (what a GPU-less node or a broken driver looks like): it says so
     # and still maps the job and measures host memory

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from slurm_liquid.agent import procs
-from slurm_liquid.agent.procs import (JobRef, Process, clock_ticks, job_from_cgroup,
-                                      job_from_environ, job_from_stepd_cmdline, scan)
+from slurm_liquid.agent.procs import (JobRef, Process, clock_ticks, devices_cgroup, job_from_cgroup,
+                                      job_from_environ, job_from_stepd_cmdline, scan, scan_files)
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "procs"
 
@@ -85,7 +85,7 @@ def test_job_from_cgroup_never_raises(text):
 
 @given(st.sampled_from(["", "/system.slice", "/system.slice/docker-0a1b.scope/system.slice"]),
        st.sampled_from(["slurmstepd.scope", "gpu01_slurmstepd.scope"]),
-       st.integers(min_value=1, max_value=2**32),
+       st.integers(min_value=1, max_value=2**32 - 1),   # uint32
        st.sampled_from(["0", "17", "batch", "extern", "interactive"]),
        st.sampled_from(["/user/task_0", "/user/task_special", "/slurm", ""]))
 def test_job_from_cgroup_v2_reads_any_generated_layout(prefix, scope, job_id, step, tail):
@@ -244,7 +244,7 @@ def test_scan_parses_comm_with_spaces_and_parens(proc):
         utime=1000, stime=234, rss_kib=51200)
     (process,) = scan(proc).values()
     assert process == Process(pid=100, uid=1001, comm=comm, job=JobRef(7, "0", "cgroup-v1"),
-                              rss_kib=51200, cpu_ticks=1234, job_gpus=(), shards=0, nodelist="")
+                              rss_kib=51200, cpu_ticks=1234, devices_cgroup="")
 
 
 def test_scan_zombie_has_no_rss(proc):
@@ -277,7 +277,7 @@ def test_scan_skips_unreadable_and_malformed_files(proc, monkeypatch):
 
     monkeypatch.setattr(procs, "_read", read)
     # 103's environ is unreadable (no CAP_SYS_PTRACE, or it just exited): its cgroup still maps it
-    assert set(scan(proc)) == {103} and scan(proc)[103].job_gpus == ()
+    assert set(scan(proc)) == {103}
 
 
 def test_scan_maps_through_slurmstepd_when_environ_is_unreadable(proc):
@@ -285,7 +285,7 @@ def test_scan_maps_through_slurmstepd_when_environ_is_unreadable(proc):
     add(proc, 51, ppid=50, cgroup=NO_CGROUP, environ=env(SLURM_JOB_GPUS="0,1"))
     (proc / "51" / "environ").unlink()
     found = scan(proc)
-    assert found[51].job == JobRef(1234, "batch", "slurmstepd") and found[51].job_gpus == ()
+    assert found[51].job == JobRef(1234, "batch", "slurmstepd")
 
 
 def test_scan_stops_on_an_ancestry_loop(proc):
@@ -319,19 +319,50 @@ def test_scan_reads_each_file_once(proc, monkeypatch):
     assert len(reads) == len(set(reads))
 
 
-def test_scan_reads_gpus_shards_and_nodelist(proc):
+def test_scan_takes_nothing_but_the_job_id_from_the_environment(proc):
+    # SLURM_JOB_GPUS and friends are the process's own to set: the agent does not read them
     job = "0::/system.slice/slurmstepd.scope/job_1234/step_0/user/task_0\n"
-    add(proc, 100, cgroup=job, environ=env(SLURM_JOB_GPUS="0,1,2,3", SLURM_STEP_GPUS="2,3",
-                                         SLURM_SHARDS_ON_NODE="4",
-                                         SLURM_JOB_NODELIST="gpu[01-02]"))
-    add(proc, 101, cgroup=job, environ=env(SLURM_JOB_GPUS="1,5", SLURM_JOB_NODELIST="gpu01"))
-    add(proc, 102, cgroup=job, environ=env(SLURM_JOB_GPUS="0,1", SLURM_STEP_GPUS=""))
-    add(proc, 103, cgroup=job, environ=env(SLURM_JOB_GPUS="0,x,,7", SLURM_SHARDS_ON_NODE="n"))
+    add(proc, 100, cgroup=job, environ=env(SLURM_JOB_GPUS="0,1,2,3", SLURM_SHARDS_ON_NODE="4",
+                                         SLURM_JOB_NODELIST="gpu[01-99999999]"))
+    (found,) = scan(proc).values()
+    assert found == Process(pid=100, uid=1001, comm="python", job=JobRef(1234, "0", "cgroup-v2"), rss_kib=2048,
+                            cpu_ticks=42)
+
+
+def test_scan_gives_the_devices_cgroup_of_a_v1_job(proc):
+    add(proc, 100, cgroup="12:devices:/slurm/uid_1001/job_7/step_0/task_0\n4:freezer:/slurm/uid_1001/job_7/step_0\n")
+    add(proc, 101, cgroup="4:freezer:/slurm/uid_1001/job_8/step_0\n3:devices:/user.slice\n")
     found = scan(proc)
-    assert (found[100].job_gpus, found[100].shards, found[100].nodelist) == ((2, 3), 4, "gpu[01-02]")
-    assert (found[101].job_gpus, found[101].shards, found[101].nodelist) == ((1, 5), 0, "gpu01")
-    assert found[102].job_gpus == ()      # the step was given none, whatever the job holds
-    assert (found[103].job_gpus, found[103].shards) == ((0, 7), 0)
+    assert (found[100].devices_cgroup, found[101].devices_cgroup) == ("/slurm/uid_1001/job_7", "")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("12:devices:/slurm/uid_1001/job_7/step_0/task_0\n", "/slurm/uid_1001/job_7"),
+    ("9:cpuset,devices:/slurm_gpu01/uid_0/job_12/step_batch\n", "/slurm_gpu01/uid_0/job_12"),
+    ("12:devices:/user.slice/user-1001.slice/user@1001.service/slurm/uid_1/job_7\n", ""),  # a user subtree
+    ("12:devicesx:/slurm/uid_1001/job_7\n", ""),
+    ("0::/system.slice/slurmstepd.scope/job_7/step_0\n", ""),              # v2: no devices file
+    ("12:devices:/slurm/uid_1/job_99999999999\n", ""),                      # not a Slurm job id
+])
+def test_devices_cgroup(text, expected):
+    assert devices_cgroup(text) == expected
+
+
+def test_a_huge_job_id_anywhere_is_nobodys_job(proc):
+    # int() of a 5000-digit SLURM_JOB_ID raises ValueError: it used to end the agent's scan
+    add(proc, 100, environ=env(SLURM_JOB_ID="9" * 5000))
+    add(proc, 101, cgroup="0::/system.slice/slurmstepd.scope/job_" + "7" * 5000 + "/step_0\n")
+    add(proc, 102, environ=env(SLURM_JOB_ID=str(2 ** 32)))
+    add(proc, 103, environ=env(SLURM_JOB_ID="0"))
+    assert scan(proc) == {}
+
+
+def test_scan_files_is_scan_over_memory(proc):
+    add(proc, 100, cgroup="4:freezer:/slurm/uid_1001/job_7/step_0\n")
+    stepd(proc, 50, "1234.batch")
+    add(proc, 51, ppid=50, cgroup=NO_CGROUP)
+    files = {int(d.name): {f.name: f.read_bytes() for f in d.iterdir()} for d in proc.iterdir() if d.name.isdigit()}
+    assert scan_files(files) == scan(proc) and set(scan(proc)) == {51, 100}
 
 
 def test_scan_real_proc_does_not_raise():
