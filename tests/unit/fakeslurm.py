@@ -24,6 +24,10 @@ def _number(value) -> dict:
     return {"set": True, "infinite": False, "number": value}
 
 
+def recorded_queue() -> dict:
+    return json.loads((FIXTURES / "squeue.json").read_text())
+
+
 def poisoned_queue() -> dict:
     """The fixture's queue plus one healthy held liquid job and the poison of the findings."""
     doc = json.loads((FIXTURES / "squeue.json").read_text())
@@ -52,6 +56,19 @@ def poisoned_queue() -> dict:
                               "system": ""}),
     ]
     doc["jobs"] = [j for j in doc["jobs"] if j["job_id"] != 7] + [liquid(HEALTHY)] + poison
+    return doc
+
+
+def with_elastic_running(doc: dict, grace_s: int) -> dict:
+    """Job 3 (running on gpu[01-02], 8 GPUs) as an elastic job the daemon placed, range 1:1: any
+    policy shrinks it, so a resize starts and waits `grace_s` for a checkpoint that never comes."""
+    doc = copy.deepcopy(doc)
+    for job in doc["jobs"]:
+        if job["job_id"] == 3:
+            tag = f"liquid/1 state=placed placed=gpu[01-02]:4 at=1 elastic=1:1 sig=USR1 grace={grace_s}"
+            if isinstance(job.get("comment"), dict):
+                job["comment"]["administrator"] = tag
+            job["admin_comment"] = tag
     return doc
 
 

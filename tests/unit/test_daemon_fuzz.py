@@ -117,3 +117,40 @@ def test_daemon_once_survives_the_poisoned_queue_and_places_the_healthy_job(tmp_
     updates = [c for c in fakeslurm.calls(tmp_path / "calls.jsonl") if c[:2] == ["scontrol", "update"]]
     healthy = [c for c in updates if f"JobId={fakeslurm.HEALTHY}" in c]
     assert healthy and any(a.startswith("ReqNodeList=gpu") for a in healthy[0]), updates
+
+
+def test_the_daemon_honours_sigterm_within_seconds_while_a_resize_waits(tmp_path: Path) -> None:
+    """Finding 2: SIGTERM was ignored for the whole checkpoint wait. Now the wait is between turns of
+    the loop: the heartbeat goes on, and SIGTERM ends the daemon (and removes the heartbeat) at once."""
+    import signal
+
+    queue = fakeslurm.with_elastic_running(fakeslurm.recorded_queue(), grace_s=300)
+    fake = fakeslurm.install(tmp_path / "bin", tmp_path / "calls.jsonl", queue)
+    config = tmp_path / "liquid.toml"
+    config.write_text(f'[daemon]\nmode = "enforce"\nspool_dir = "{tmp_path}/spool"\nslurm_user = "root"\n'
+                      f'heartbeat_s = 1\nstale_after_s = 4\npoll_s = 2\nlease_s = 10\n'
+                      f'[elastic]\npolicy = "drf"\njournal = "{tmp_path}/journal.sqlite"\n'
+                      f'progress_dir = "{tmp_path}/progress"\n')
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    proc = subprocess.Popen([sys.executable, "-m", "slurm_liquid", "daemon", "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, stdin=subprocess.DEVNULL)
+    heartbeat = tmp_path / "spool" / "heartbeat"
+    try:
+        deadline = time.monotonic() + 60
+        while not any(c[:2] == ["scancel", "--signal=USR1"] for c in fakeslurm.calls(tmp_path / "calls.jsonl")):
+            assert time.monotonic() < deadline and proc.poll() is None, "no resize started"
+            time.sleep(0.2)
+        first = heartbeat.read_text().split()[0]
+        time.sleep(3)                                   # the resize waits; the heartbeat does not
+        assert heartbeat.read_text().split()[0] != first
+        assert not any(c[:2] == ["scontrol", "requeuehold"] for c in fakeslurm.calls(tmp_path / "calls.jsonl"))
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        assert time.monotonic() - stopped < 5 and proc.returncode == 0
+        assert not heartbeat.exists()                   # a clean stop: job_submit.lua holds nothing new
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        stderr = proc.stderr.read().decode(errors="replace")
+    assert "Traceback" not in stderr, stderr[-2000:]
