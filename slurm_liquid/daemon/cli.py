@@ -115,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
     if args.once:
         _slot(adjuster, metrics)   # steps resizes first: nothing stays requeue-held
         _pass(admitter, metrics)
+        # Alive a moment ago: job_submit.lua may hold new jobs until the heartbeat is stale, and
+        # their leases run out by themselves if no daemon follows.
+        Heartbeat(spool, cfg, metrics).beat_once()
         return 0
     retrainer = Retrainer(config.estimate)
     stopping = threading.Event()
