@@ -116,13 +116,15 @@ def test_an_edited_comment_changes_nothing_the_daemon_does(drf_daemon: Cluster) 
     job_id = submit(cluster, "alice", "--gres=gpu:1", "--requeue", "/shared/hardening-rigid.sh")
     wait_for("the job to be placed and run", lambda: placed(cluster, job_id) and cluster.client.job(job_id).is_running,
              timeout=60)
+    before = cluster.client.job(job_id)     # adjust mode may have made it a GPU share
     edit = cluster.exec("slurmctld", "runuser", "-u", "alice", "--", "scontrol", "update", f"JobId={job_id}",
                         "Comment=liquid/1 placed=gpu01:1 | model=resnet18 batch-size=128 elastic=4:4 signal=USR1@1")
     assert edit.returncode == 0, edit.stderr
     assert "elastic=4:4" in cluster.client.job(job_id).comment
     time.sleep(45)                                   # three slots of DRF, which grows a lone elastic job
     job = cluster.client.job(job_id)
-    assert job.is_running and job.restarts == 0 and job.gpus == 1
+    assert job.is_running and job.restarts == 0
+    assert (job.gpus, job.shards, job.nodes) == (before.gpus, before.shards, before.nodes)
 
 
 def test_a_lost_requeue_answer_never_leaves_the_job_held(cluster: Cluster) -> None:
