@@ -68,7 +68,7 @@ def test_baselines_from_the_command_line(capsys, placer):
     (["--gpus", "1", "--mode", "batch", "--time-budget", "0"], "needs --generations"),
     (["--gpus", "1", "--mode", "batch", "--placer", "slurm"], "batch mode is the grouping GA"),
     (["--gpus", "1", "--topology", str(FIXTURES / "nope.conf")], "cannot read topology file"),
-    (["--requests", str(FIXTURES / "small.conf")], "not JSON"),
+    (["--requests", str(FIXTURES / "small.conf")], "not valid JSON"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, message):
     assert main(["place", "--state", STATE, *argv]) == 2
@@ -94,7 +94,7 @@ def test_state_file_fields():
     ({"nodes": {}}, "no nodes"),
     ({"nodes": {"g1": {"gpus_free": 1}}}, "nodes.g1.gpus is missing"),
     ({"nodes": {"g1": {"gpus": 8, "gpus_free": 9}}}, "gpus_free=9 exceeds gpus=8"),
-    ({"nodes": {"g1": {"gpus": -1}}}, "nodes.g1.gpus must be an integer >= 0"),
+    ({"nodes": {"g1": {"gpus": -1}}}, "nodes.g1.gpus must be an integer in 0..1000000"),
     ({"nodes": {"g1": {"gpus": True}}}, "nodes.g1.gpus must be an integer"),
     ({"nodes": {"g1": {"gpus": 8, "gpu": 1}}}, "unknown field(s) gpu"),
     ({"nodes": {"g[1-": {"gpus": 8}}}, "bad node name expression"),
@@ -113,7 +113,7 @@ def test_request_file_fields():
 
 @pytest.mark.parametrize("data, message", [
     ({"job": "a"}, "expected a list"),
-    ([{"job": "a"}], "requests[0].gpus must be an integer >= 1"),
+    ([{"job": "a"}], "requests[0].gpus must be an integer in 1..1000000"),
     ([{"job": "a", "gpus": 0}], "requests[0].gpus must be"),
     ([{"gpus": 2}, {"gpus": 3, "gpus_per_node": 2}], "requests[1]: gpus=3 is not a multiple"),
     ([{"gpus": 2, "nodes": 1}], "unknown field(s) nodes"),
