@@ -75,9 +75,13 @@ class ModelEntry:
                 params = float(params)
             values["params"] = _checked("params", params, "float")
             values["params"] = int(values["params"])
-            for name, kind in known.items():
-                if name in values and name not in ("params", "hf_config"):
-                    values[name] = _checked(name, values[name], kind)
+            for f in fields(cls):
+                if f.name in values and f.name not in ("params", "hf_config"):
+                    values[f.name] = _checked(f.name, values[f.name], f.type)
+                    # a size whose default is positive (image_size, seq_len) divides estimates
+                    if isinstance(f.default, (int, float)) and not isinstance(f.default, bool) and f.default > 0 \
+                            and not values[f.name] > 0:
+                        raise ValueError(f"{f.name} must be positive, not {values[f.name]!r}")
             entry = cls(**values)
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise UsageError(f"{where}: model {label[:80]!r}: {exc}") from None

@@ -145,8 +145,8 @@ def _finite(value: Any, what: str) -> float:
 
 def _number(value: Any, what: str, low: float, high: float = math.inf) -> float:
     # bool is an int in Python; `true` is no count of jobs
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e300 < value < 1e300 \
+            or not low <= value <= high:  # the first range also refuses NaN, infinities and 400-digit integers
         raise ValueError(f"{what} must be a number in {low:g}..{high:g}, not {value!r}")
     return float(value)
 

@@ -106,7 +106,10 @@ def _type(name: str, data: Mapping[str, Any], where: str) -> GpuType:
 
 def _positive(value: Any, what: str) -> float:
     """A finite positive number of a site file (numbers written as strings are taken too)."""
-    number = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
+    try:
+        number = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
+    except (OverflowError, ValueError):  # a 400-digit integer, a word
+        number = math.nan
     if not 0 < number < 1e15:  # also NaN
         raise ValueError(f"{what} must be a positive number, not {str(value)[:40]!r}")
     return number

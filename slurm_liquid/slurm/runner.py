@@ -59,10 +59,15 @@ class LocalRunner:
             raise SlurmCommandError(argv, f"printed more than {self.max_output} bytes") from None
         except subprocess.TimeoutExpired:
             raise SlurmCommandError(argv, f"did not answer within {timeout:g} s") from None
-        stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+        stdout, stderr = decode(out), decode(err)
         if proc.returncode != 0:
             raise SlurmCommandError(argv, f"failed with exit code {proc.returncode}", proc.returncode, stderr)
         return stdout
+
+
+def decode(data: bytes) -> str:
+    """A command's output as text: UTF-8, each invalid byte replaced by U+FFFD (see the module doc)."""
+    return data.decode("utf-8", "replace")
 
 
 class _Overflow(Exception):
