@@ -264,9 +264,11 @@ def parse_tres(value: Any) -> dict[str, float]:
         if "=" not in item:
             continue
         key, raw = item.split("=", 1)
-        match = re.fullmatch(r"([0-9]{1,30}(?:\.[0-9]{1,30})?)([KMGT]?)", raw.strip())
+        match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMGT]?)", raw.strip())
         if not match:
             continue
+        if len(match.group(1)) > 30:
+            raise BadEntry(f"TRES {key}={_short(raw)} is out of range")
         amount = float(match.group(1))
         if key == "mem":
             amount *= _MEM_UNITS.get(match.group(2) or "M", 1)

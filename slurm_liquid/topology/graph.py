@@ -94,7 +94,10 @@ class Topology:
         """From a topology.conf, or a saved `scontrol show topology` (recognised by Level=)."""
         text = read_text(path, "topology")
         scontrol = re.search(r"(?im)^\s*SwitchName=\S+\s+Level=", text) is not None
-        return cls.from_scontrol(text) if scontrol else cls.from_topology_conf(text)
+        try:
+            return cls.from_scontrol(text) if scontrol else cls.from_topology_conf(text)
+        except UsageError as exc:  # name the file: the message names the line
+            raise UsageError(f"{path}: {exc}") from None
 
     @classmethod
     def from_switches(cls, switch_specs: Iterable[SwitchSpec]) -> "Topology":
