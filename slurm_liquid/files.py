@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slurm_liquid.errors import UsageError
+from slurm_liquid.errors import LiquidError, UsageError
 
 
 def read_text(path: str | Path, what: str) -> str:
@@ -26,16 +26,16 @@ def read_text(path: str | Path, what: str) -> str:
         raise UsageError(f"{what} file {path}: not UTF-8 text (byte {exc.start} is {data[exc.start]:#04x})") from None
 
 
-def parse_json(text: str, where: str) -> Any:
-    """JSON from `text`; UsageError prefixed by `where` for anything Python's parser refuses."""
+def parse_json(text: str, where: str, error: type[LiquidError] = UsageError) -> Any:
+    """JSON from `text`; `error` prefixed by `where` for anything Python's parser refuses."""
     try:
         return json.loads(text)
     except RecursionError:
-        raise UsageError(f"{where}: JSON nested too deeply") from None
+        raise error(f"{where}: JSON nested too deeply") from None
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{where}: not valid JSON: {exc}") from None
+        raise error(f"{where}: not valid JSON: {exc}") from None
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise UsageError(f"{where}: JSON that cannot be read: {exc}") from None
+        raise error(f"{where}: JSON that cannot be read: {exc}") from None
 
 
 def read_json(path: str | Path, what: str) -> Any:

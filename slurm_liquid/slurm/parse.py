@@ -25,7 +25,6 @@ Whatever a reply holds, reading it ends in one of three ways, never in another e
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -35,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping, MutableSequence, TypeVar
 
 import hostlist
 
+from slurm_liquid.files import parse_json
 from slurm_liquid.slurm.errors import SlurmError
 from slurm_liquid.slurm.models import FINISHED_STATES, Job, Node, Partition, SlurmVersion
 
@@ -417,10 +417,9 @@ def exit_codes_from_sacct_text(text_out: str) -> dict[int, int]:
 
 
 def _job_id(raw: Mapping[str, Any]) -> int:
-    job_id = count(raw.get("job_id"), "job_id")
-    if job_id == 0:
-        raise BadEntry("no job_id")
-    return job_id
+    if num(raw.get("job_id")) is None:
+        raise BadEntry(f"no job_id (job_id={_short(raw.get('job_id'))})")
+    return count(raw.get("job_id"), "job_id")
 
 
 def _priority(value: Any) -> int | None:
@@ -647,14 +646,7 @@ def nodes_from_document(doc: Mapping[str, Any], command: str, skipped: MutableSe
 
 def loads(out: str, command: str) -> Mapping[str, Any]:
     """A Slurm command's JSON output as an object; SlurmError when it is anything else."""
-    try:
-        doc = json.loads(out)
-    except RecursionError:
-        raise SlurmError(f"`{command}` printed JSON nested too deeply to read") from None
-    except json.JSONDecodeError as exc:
-        raise SlurmError(f"`{command}` did not print JSON ({exc.msg} at char {exc.pos})") from None
-    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
-        raise SlurmError(f"`{command}` printed JSON that cannot be read: {exc}") from None
+    doc = parse_json(out, f"output of `{command}`", SlurmError)
     if not isinstance(doc, Mapping):
-        raise SlurmError(f"`{command}` printed JSON that is not an object")
+        raise SlurmError(f"output of `{command}`: JSON that is not an object")
     return doc

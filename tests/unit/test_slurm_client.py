@@ -87,7 +87,7 @@ def test_unreadable_output_is_a_clear_error() -> None:
         def __call__(self, argv, *, timeout, stdin=None):
             return "squeue: error: slurm_load_jobs error: Unable to contact slurm controller"
 
-    with pytest.raises(SlurmError, match="`squeue --json` did not print JSON"):
+    with pytest.raises(SlurmError, match="output of `squeue --json`: not valid JSON"):
         CliBackend(Garbage("24.11")).jobs()
 
 

@@ -262,17 +262,25 @@ BREAKAGES = [
 ]
 
 
-@pytest.mark.parametrize("field, value, skipped", BREAKAGES)
-def test_one_unreadable_job_never_hides_the_others(recorded: Recorded, field, value, skipped) -> None:
-    doc = recorded.doc("squeue.json")
-    clean = parse.jobs_from_document(doc, "squeue")
-    victim = recorded.roles["running_multinode"]
+def _break_one(recorded: Recorded, name: str, read, role: str, field: str, value):
+    """Read the recorded answer clean and with one field of the job of `role` set to `value`:
+    (clean, broken, reasons of what was skipped, the job id)."""
+    doc = recorded.doc(name)
+    clean = read(doc, [])
+    victim = recorded.roles[role]
     for raw in doc["jobs"]:
         if raw["job_id"] == victim:
             raw[field] = value
     reasons: list[str] = []
-    jobs = parse.jobs_from_document(doc, "squeue", reasons)
-    assert [j for j in jobs if j.job_id != victim] == [j for j in clean if j.job_id != victim]
+    broken = read(doc, reasons)
+    assert [j for j in broken if j.job_id != victim] == [j for j in clean if j.job_id != victim]
+    return clean, broken, reasons, victim
+
+
+@pytest.mark.parametrize("field, value, skipped", BREAKAGES)
+def test_one_unreadable_job_never_hides_the_others(recorded: Recorded, field, value, skipped) -> None:
+    clean, jobs, reasons, _ = _break_one(recorded, "squeue.json", lambda doc, why: parse.jobs_from_document(
+        doc, "squeue", why), "running_multinode", field, value)
     if skipped:
         assert len(jobs) == len(clean) - 1 and len(reasons) == 1 and "skipped job" in reasons[0]
     else:
@@ -282,15 +290,8 @@ def test_one_unreadable_job_never_hides_the_others(recorded: Recorded, field, va
 @pytest.mark.parametrize("field, value", [("state", 7), ("tres", []), ("time", {"submission": 1e400}),
                                           ("nodes", "gpu[9-1]"), ("allocation_nodes", -1), ("job_id", None)])
 def test_one_unreadable_accounting_record_never_hides_the_others(recorded: Recorded, field, value) -> None:
-    doc = recorded.doc("sacct.json")
-    clean = parse.runs_from_document(doc)
-    victim = recorded.roles["completed"]
-    for raw in doc["jobs"]:
-        if raw["job_id"] == victim:
-            raw[field] = value
-    reasons: list[str] = []
-    runs = parse.runs_from_document(doc, "sacct", reasons)
-    assert [j for j in runs if j.job_id != victim] == [j for j in clean if j.job_id != victim]
+    _, runs, reasons, victim = _break_one(recorded, "sacct.json", lambda doc, why: parse.runs_from_document(
+        doc, "sacct", why), "completed", field, value)
     assert reasons or any(j.job_id == victim for j in runs)
 
 
@@ -329,7 +330,7 @@ def test_a_document_that_is_no_slurm_answer_is_a_slurm_error(doc, readers: str) 
 
 @pytest.mark.parametrize("out, message", [
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"), ('{"jobs": [' + "9" * 5000 + "]}", "cannot be read"),
-    ("[]", "not an object"), ("", "did not print JSON"), ('{"jobs": []', "did not print JSON"),
+    ("[]", "not an object"), ("", "not valid JSON"), ('{"jobs": []', "not valid JSON"),
 ])
 def test_output_that_is_no_json_object_is_a_slurm_error(out: str, message: str) -> None:
     with pytest.raises(SlurmError, match=message):
