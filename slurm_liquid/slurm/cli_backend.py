@@ -47,6 +47,8 @@ class CliBackend:
     name = "cli"
 
     def __init__(self, runner: CommandRunner | None = None, timeout_s: float = 30.0):
+        if not 0 < timeout_s <= 86400:  # every command must end: no 0, no infinity, no NaN
+            raise SlurmError(f"the Slurm command timeout must be in (0, 86400] seconds, not {timeout_s!r}")
         self.runner = runner or LocalRunner()
         self.timeout_s = timeout_s
         # why entries of Slurm's answers were skipped (see parse's module doc), the latest 1,000;

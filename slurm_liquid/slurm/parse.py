@@ -164,7 +164,7 @@ def expand_hostlist(expr: str, limit: int = MAX_HOSTS) -> list[str]:
         names.extend(hostlist.expand_hostlist(part))
         if len(names) > limit:
             raise hostlist.BadHostlist(f"more than {limit} names")
-    return names
+    return list(dict.fromkeys(names))  # as hostlist does: each name once, in order
 
 
 def _top_level_parts(expr: str) -> list[str]:

@@ -274,3 +274,9 @@ def test_skipped_entries_are_kept_for_the_caller() -> None:
     client = CliBackend(OneBadJob("24.11"))
     assert len(client.jobs()) == len(CliBackend(RecordedRunner("24.11")).jobs()) - 1
     assert len(client.skipped) == 1 and "not a string or a list" in client.skipped[0]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), 1e9])
+def test_a_command_timeout_that_never_ends_is_refused(timeout) -> None:
+    with pytest.raises(SlurmError, match="timeout must be in"):
+        CliBackend(RecordedRunner("24.11"), timeout_s=timeout)

@@ -175,3 +175,15 @@ def test_times_round_trip_and_far_ones_stay_far(seconds, version, far_factor):
     assert parse.timestamp(number).timestamp() == seconds
     far = seconds * 10 ** 6 * far_factor
     assert parse.timestamp(far, beyond=parse.FAR_FUTURE) in (parse.FAR_FUTURE, parse.timestamp(far))
+
+
+@given(st.text(alphabet=st.sampled_from("ab019[]-,"), max_size=24))
+def test_the_bounded_host_list_expansion_agrees_with_python_hostlist(expr):
+    """parse.expand_hostlist only adds a bound on the total; below it, it says what hostlist says."""
+    try:
+        expected = hostlist.expand_hostlist(expr)
+    except hostlist.BadHostlist:
+        with pytest.raises(hostlist.BadHostlist):
+            parse.expand_hostlist(expr)
+        return
+    assert parse.expand_hostlist(expr) == expected
