@@ -100,7 +100,9 @@ def _communicate(proc: subprocess.Popen, data: bytes, timeout: float, limit: int
                     if key.data is None:  # stdin
                         try:
                             sent += os.write(key.fd, view[sent:sent + 65536])
-                        except BrokenPipeError:
+                        except BlockingIOError:
+                            continue
+                        except BrokenPipeError:  # it stopped reading: its answer will say why
                             sent = len(data)
                         if sent >= len(data):
                             sel.unregister(key.fileobj)

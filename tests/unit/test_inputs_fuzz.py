@@ -102,6 +102,18 @@ def test_bad_correction_files_are_one_usage_error_naming_the_file(tmp_path, cont
     assert path in str(err.value)
 
 
+@pytest.mark.parametrize("flag, content", [("--site", "null"), ("--site", "[]"), ("--site", DEEP),
+                                           ("--correction", "null"), ("--correction", "[]"), ("--correction", DEEP),
+                                           ("--site", b"\xff")])
+def test_the_estimator_command_says_what_is_wrong_with_a_file(tmp_path, capsys, flag, content):
+    from slurm_liquid.cli import main
+
+    path = _write(tmp_path, content)
+    assert main(["estimate", "--model", "resnet50", "--batch-size", "32", flag, path]) == 2
+    err = capsys.readouterr().err
+    assert path in err and err.count("\n") == 1 and "Traceback" not in err
+
+
 def test_a_tree_of_floats_where_indexes_belong_is_refused(tmp_path):
     doc = hostile.correction_doc()
     doc["trees"][0]["left"] = [1.0, -1, -1]  # loaded before, then failed as a list index at estimate time
