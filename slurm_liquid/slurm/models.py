@@ -56,7 +56,6 @@ class Job:
     gpus_per_node: int | None = None
     gpu_type: str | None = None
     shards: int = 0
-    features: str = ""                      # --constraint, e.g. 'a100&ib' or '[rack1|rack2]'
     comment: str = ""
     admin_comment: str = ""
     system_comment: str = ""
@@ -72,6 +71,7 @@ class Job:
     time_limit_s: int | None = None
     work_dir: str = ""
     source: str = "squeue"
+    features: str = ""                      # --constraint, e.g. 'a100&ib' or '[rack1|rack2]'
 
     @property
     def cpus_per_node(self) -> int:
@@ -103,7 +103,6 @@ class Node:
     state: str
     state_flags: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
-    features: tuple[str, ...] = ()          # active features (what --constraint is matched against)
     cpus: int = 0
     cpus_alloc: int = 0
     mem_mib: int = 0
@@ -115,6 +114,7 @@ class Node:
     shards_alloc: int = 0
     reason: str = ""
     version: str = ""
+    features: tuple[str, ...] = ()          # active features (what --constraint is matched against)
 
     @property
     def available(self) -> bool:
