@@ -34,7 +34,7 @@ from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
-from slurm_liquid.placement.slurm_rules import job_view
+from slurm_liquid.placement.slurm_rules import job_view, per_gpu
 from slurm_liquid.slurm import Job, Node, SlurmClient, SlurmError
 from slurm_liquid.topology import Topology
 
@@ -431,12 +431,11 @@ def _fits(placement: Placement, state: ClusterState) -> bool:
 
 def _taken(state: ClusterState, job: Job, nodes: Mapping[str, int]) -> ClusterState:
     """The state after `job` took `nodes`: GPUs, and the CPUs and memory that feed them."""
-    share = max(job.gpus, 1)
+    cpus_per_gpu, mem_per_gpu = per_gpu(job)
     out = dict(state.nodes)
     for name, gpus in nodes.items():
         node: NodeState = out[name]
-        cpus = math.ceil(job.cpus * gpus / share) if job.cpus else 0
-        mem = math.ceil((job.mem_mib or 0) * gpus / share)
+        cpus, mem = math.ceil(cpus_per_gpu * gpus), math.ceil(mem_per_gpu * gpus)
         out[name] = replace(node, gpus_free=max(node.gpus_free - gpus, 0),
                             cpus_free=None if node.cpus_free is None else max(node.cpus_free - cpus, 0),
                             mem_free_mib=None if node.mem_free_mib is None else max(node.mem_free_mib - mem, 0))

@@ -55,24 +55,65 @@ class ModelEntry:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> "ModelEntry":
-        known = {f.name for f in fields(cls)}
-        unknown = set(data) - known
+        known = {f.name: f.type for f in fields(cls)}
+        label = data.get("name", "?")
+        label = label if isinstance(label, str) else "?"
+        unknown = set(data) - set(known)
         if unknown:
-            raise UsageError(f"{where}: model {data.get('name', '?')!r}: unknown field(s) "
-                             f"{', '.join(sorted(unknown))}")
+            raise UsageError(f"{where}: model {label[:80]!r}: unknown field(s) "
+                             f"{', '.join(sorted(map(str, unknown)))[:200]}")
         values = dict(data)
         try:
+            if not isinstance(values.get("aliases", ()), (list, tuple)):
+                raise ValueError("aliases must be a list of names")
             values["aliases"] = tuple(values.get("aliases", ()))
+            if not isinstance(values.get("hf_config", {}), Mapping):
+                raise ValueError("hf_config must be an object")
             values["hf_config"] = tuple(sorted(dict(values.get("hf_config", {})).items()))
-            values["params"] = int(float(values["params"]))
+            params = values["params"]
+            if isinstance(params, str):
+                params = float(params)
+            values["params"] = _checked("params", params, "float")
+            values["params"] = int(values["params"])
+            for f in fields(cls):
+                if f.name in values and f.name not in ("params", "hf_config"):
+                    values[f.name] = _checked(f.name, values[f.name], f.type)
+                    # a size whose default is positive (image_size, seq_len) divides estimates
+                    if isinstance(f.default, (int, float)) and not isinstance(f.default, bool) and f.default > 0 \
+                            and not values[f.name] > 0:
+                        raise ValueError(f"{f.name} must be positive, not {values[f.name]!r}")
             entry = cls(**values)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"{where}: model {data.get('name', '?')!r}: {exc}") from None
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise UsageError(f"{where}: model {label[:80]!r}: {exc}") from None
         if entry.family not in FAMILIES:
             raise UsageError(f"{where}: model {entry.name!r}: family must be one of {', '.join(FAMILIES)}")
         if entry.params <= 0:
             raise UsageError(f"{where}: model {entry.name!r}: params must be positive")
         return entry
+
+
+def _checked(name: str, value: Any, kind: str) -> Any:
+    """`value` of a site-file field as the dataclass's annotation `kind` says; ValueError if not."""
+    if kind == "str":
+        ok = isinstance(value, str)
+    elif kind in ("int", "float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e30  # not NaN
+        if ok and kind == "int":
+            value = int(value)
+    elif kind == "bool":
+        ok = isinstance(value, bool)
+    elif kind.startswith("tuple[str"):
+        ok = all(isinstance(v, str) for v in value)
+    else:
+        ok = True  # a kind this check does not know: the dataclass takes it as it is
+    if not ok:
+        raise ValueError(f"{name} must be a {kind} (a finite number >= 0 for numbers), not {_shown(value)}")
+    return value
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def name_key(name: str) -> str:
@@ -94,21 +135,24 @@ def _keys(name: str) -> list[str]:
     return out
 
 
-def _read(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise UsageError(f"site file {path}: cannot read it: {reason}") from None
-    try:
-        if path.endswith(".toml"):
+def _read(path: str) -> Mapping[str, Any]:
+    """The site file as a table; UsageError naming the file for anything else."""
+    from slurm_liquid.files import parse_json, read_text
+
+    text = read_text(path, "site")
+    if path.endswith(".toml"):
+        try:
             import tomllib
-            return tomllib.loads(text)
-        return json.loads(text)
-    except (ValueError, ImportError) as exc:
-        kind = "TOML" if path.endswith(".toml") else "JSON"
-        raise UsageError(f"site file {path}: not valid {kind}: {exc}") from None
+            data = tomllib.loads(text)
+        except (ValueError, ImportError, RecursionError) as exc:
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise UsageError(f"site file {path}: not valid TOML: {reason}") from None
+    else:
+        data = parse_json(text, f"site file {path}")
+    if not isinstance(data, Mapping):
+        raise UsageError(f"site file {path}: must be an object with models, gpus and/or defaults, "
+                         f"not {type(data).__name__ if data is not None else 'null'}")
+    return data
 
 
 def _data(name: str) -> Any:
@@ -158,8 +202,10 @@ def load_catalog(site: str | None = None) -> Catalog:
     for item in shipped["models"]:
         catalog.add(ModelEntry.from_mapping(item, "models.json"))
     if site:
-        data = _read(site)
-        for item in data.get("models", []):
+        models = _read(site).get("models", [])
+        if not isinstance(models, list):
+            raise UsageError(f"site file {site}: models must be a list of objects")
+        for item in models:
             if not isinstance(item, Mapping):
                 raise UsageError(f"site file {site}: each entry of models must be a table/object")
             catalog.add(ModelEntry.from_mapping(item, f"site file {site}"))

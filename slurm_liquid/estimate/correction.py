@@ -110,34 +110,43 @@ class Correction:
 
 def load(path: str | Path) -> Correction:
     """Read a fitted correction; anything malformed is a UsageError naming the file and field."""
+    from slurm_liquid.files import read_json
+
     where = f"correction file {path}"
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise UsageError(f"{where}: cannot read it: {exc.strerror}") from None
-    except ValueError as exc:
-        raise UsageError(f"{where}: not JSON: {exc}") from None
+    doc = read_json(path, "correction")
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise UsageError(f"{where}: format is not {FORMAT!r}")
-    if doc.get("version") != VERSION or list(doc.get("features", [])) != list(FEATURES):
+    features_listed = doc.get("features", [])
+    if doc.get("version") != VERSION or not isinstance(features_listed, list) or features_listed != list(FEATURES):
         raise UsageError(f"{where}: version/features differ from this slurm-liquid; retrain it "
                          "with `slurm-liquid estimate train`")
     try:
         sharing = _sharing(doc.get("sharing", {}))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{where}: malformed sharing data: {exc}") from None
+    meta = doc.get("meta", {})
+    if not isinstance(meta, dict):
+        raise UsageError(f"{where}: meta must be an object")
     try:
+        if not isinstance(doc["trees"], list):
+            raise TypeError("trees must be a list")
         trees = tuple(_tree(t, len(FEATURES)) for t in doc["trees"])
-        return Correction(base=float(doc["base"]), scale=float(doc["scale"]), margin=float(doc["margin"]),
-                          trees=trees, meta=dict(doc.get("meta", {})), sharing=sharing)
-    except (KeyError, TypeError, ValueError) as exc:
+        return Correction(base=_finite(doc["base"], "base"), scale=_finite(doc["scale"], "scale"),
+                          margin=_finite(doc["margin"], "margin"), trees=trees, meta=dict(meta), sharing=sharing)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise UsageError(f"{where}: malformed tree data: {exc}") from None
+
+
+def _finite(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e30 < value < 1e30:  # also NaN
+        raise ValueError(f"{what} must be a finite number, not {str(value)[:40]!r}")
+    return float(value)
 
 
 def _number(value: Any, what: str, low: float, high: float = math.inf) -> float:
     # bool is an int in Python; `true` is no count of jobs
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not low <= value <= high:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e300 < value < 1e300 \
+            or not low <= value <= high:  # the first range also refuses NaN, infinities and 400-digit integers
         raise ValueError(f"{what} must be a number in {low:g}..{high:g}, not {value!r}")
     return float(value)
 
@@ -157,8 +166,19 @@ def _sharing(data: Any) -> dict[str, ModelUsage]:
     return table
 
 
-def _tree(data: dict[str, Any], n_features: int) -> Tree:
-    tree = Tree(*(tuple(data[k]) for k in ("feature", "threshold", "left", "right", "value")))
+def _tree(data: Any, n_features: int) -> Tree:
+    if not isinstance(data, dict):
+        raise TypeError("each tree must be an object")
+    arrays = {}
+    for key in ("feature", "threshold", "left", "right", "value"):
+        if not isinstance(data[key], list):
+            raise TypeError(f"{key} must be a list")
+        arrays[key] = tuple(data[key])
+    for key in ("feature", "left", "right"):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in arrays[key]):
+            raise ValueError(f"{key} must hold whole numbers")
+    tree = Tree(arrays["feature"], tuple(_finite(v, "threshold") for v in arrays["threshold"]),
+                arrays["left"], arrays["right"], tuple(_finite(v, "value") for v in arrays["value"]))
     n = len(tree.value)
     if not n or any(len(getattr(tree, k)) != n for k in ("feature", "threshold", "left", "right")):
         raise ValueError("arrays of unequal length")
@@ -167,8 +187,7 @@ def _tree(data: dict[str, Any], n_features: int) -> Tree:
             # children come after their parent, so a walk always ends
             if not (i < tree.left[i] < n and i < tree.right[i] < n and 0 <= tree.feature[i] < n_features):
                 raise ValueError(f"node {i} points outside the tree")
-    return Tree(tree.feature, tuple(map(float, tree.threshold)), tree.left, tree.right,
-                tuple(map(float, tree.value)))
+    return tree
 
 
 def _export(estimator: Any, value_scale: float = 1.0) -> Tree:

@@ -7,6 +7,7 @@ variant, so that a job sized for it fits every card of that model.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -91,12 +92,27 @@ class GpuTable:
 
 def _type(name: str, data: Mapping[str, Any], where: str) -> GpuType:
     try:
+        aliases = data.get("aliases", ())
+        if not isinstance(aliases, (list, tuple)) or not all(isinstance(a, str) for a in aliases):
+            raise ValueError("aliases must be a list of names")
+        mem_mib = _positive(data["mem_mib"], "mem_mib")
         return GpuType(name=name, model=str(data.get("model", _key(name)[0])),
-                       mem_gb=float(data.get("mem_gb", float(data["mem_mib"]) / 1024)),
-                       mem_mib=int(data["mem_mib"]), link_gbs=float(data.get("link_gbs", 16)),
-                       aliases=tuple(data.get("aliases", ())))
-    except (KeyError, TypeError, ValueError) as exc:
+                       mem_gb=_positive(data.get("mem_gb", mem_mib / 1024), "mem_gb"),
+                       mem_mib=int(mem_mib), link_gbs=_positive(data.get("link_gbs", 16), "link_gbs"),
+                       aliases=tuple(aliases))
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise UsageError(f"{where}: gpus.{name}: needs mem_mib (number): {exc}") from None
+
+
+def _positive(value: Any, what: str) -> float:
+    """A finite positive number of a site file (numbers written as strings are taken too)."""
+    try:
+        number = float(value) if isinstance(value, (int, float, str)) and not isinstance(value, bool) else math.nan
+    except (OverflowError, ValueError):  # a 400-digit integer, a word
+        number = math.nan
+    if not 0 < number < 1e15:  # also NaN
+        raise ValueError(f"{what} must be a positive number, not {str(value)[:40]!r}")
+    return number
 
 
 @lru_cache(maxsize=8)
@@ -109,15 +125,31 @@ def load_gpu_table(site: str | None = None) -> GpuTable:
             continue
         types[name] = _type(name, data, f"site file {site}")
     defaults = site_section(site, "defaults")
-    return GpuTable(types=types, default=str(defaults.get("gpu_type", doc["default"])),
-                    inter_node_gbs=float(defaults.get("inter_node_gbs", doc["inter_node_gbs"])),
-                    gpus_per_node=int(defaults.get("gpus_per_node", doc["gpus_per_node"])),
-                    headroom=float(defaults.get("headroom", doc["headroom"])),
-                    cpus_per_node=int(defaults.get("cpus_per_node", 0)),
-                    mem_mib_per_node=int(defaults.get("mem_mib_per_node", 0)),
-                    nodes=int(defaults.get("nodes", 0)),
-                    shards_per_gpu=int(defaults.get("shards_per_gpu", 16)),
-                    context_mib=_context(defaults.get("context_mib", CONTEXT_MIB), site))
+    try:
+        return GpuTable(types=types, default=str(defaults.get("gpu_type", doc["default"])),
+                        inter_node_gbs=_positive(defaults.get("inter_node_gbs", doc["inter_node_gbs"]),
+                                                 "inter_node_gbs"),
+                        gpus_per_node=int(_positive(defaults.get("gpus_per_node", doc["gpus_per_node"]),
+                                                    "gpus_per_node")),
+                        headroom=_fraction(defaults.get("headroom", doc["headroom"]), "headroom"),
+                        cpus_per_node=int(_count(defaults.get("cpus_per_node", 0), "cpus_per_node")),
+                        mem_mib_per_node=int(_count(defaults.get("mem_mib_per_node", 0), "mem_mib_per_node")),
+                        nodes=int(_count(defaults.get("nodes", 0), "nodes")),
+                        shards_per_gpu=int(_positive(defaults.get("shards_per_gpu", 16), "shards_per_gpu")),
+                        context_mib=_context(defaults.get("context_mib", CONTEXT_MIB), site))
+    except ValueError as exc:
+        raise UsageError(f"site file {site}: defaults.{exc}") from None
+
+
+def _fraction(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{what} must be a fraction in [0, 1), not {str(value)[:40]!r}")
+    return float(value)
+
+
+def _count(value: Any, what: str) -> float:
+    """0 (unknown) or a positive number."""
+    return 0.0 if value == 0 and not isinstance(value, bool) else _positive(value, what)
 
 
 def _context(value: Any, site: str | None) -> float:

@@ -12,11 +12,11 @@ from typing import Mapping
 
 import hostlist
 
+from slurm_liquid import hostnames
 from slurm_liquid.ledger.limits import MAX_NODES, LedgerError
 
 _GROUP = re.compile(r"^(?P<names>[A-Za-z0-9_.\-\[\],]+):(?P<count>\d{1,6})$")
 _SHARD = re.compile(r"^(?P<node>[A-Za-z0-9_.\-]+):shard(?P<count>\d{1,6})$")
-_RANGE = re.compile(r"\[([^\]]*)\]")
 
 
 @dataclass(frozen=True)
@@ -71,21 +71,7 @@ def parse_placed(text: str) -> dict[str, int]:
 
 def expand_nodes(names: str) -> list[str]:
     """A hostlist, refused before expansion when it would name more than MAX_NODES nodes."""
-    total = 1
-    for inner in _RANGE.findall(names):
-        size = 0
-        for part in inner.split(","):
-            low, _, high = part.partition("-")
-            if not (low.isdigit() and (not high or high.isdigit())) or len(low) > 9 or len(high) > 9:
-                raise LedgerError(f"hostlist {names[:80]!r}: bad range {part[:20]!r}")
-            size += (int(high) - int(low) + 1) if high else 1
-        total *= max(size, 1)
-        if total > MAX_NODES:
-            raise LedgerError(f"hostlist {names[:80]!r} names more than {MAX_NODES} nodes")
     try:
-        expanded = hostlist.expand_hostlist(names)
+        return hostnames.expand(names, MAX_NODES)
     except hostlist.BadHostlist as exc:
         raise LedgerError(f"hostlist {names[:80]!r}: {exc}") from None
-    if len(expanded) > MAX_NODES:
-        raise LedgerError(f"hostlist {names[:80]!r} names more than {MAX_NODES} nodes")
-    return expanded

@@ -19,7 +19,7 @@ import hostlist
 from slurm_liquid.errors import UsageError
 from slurm_liquid.placement.base import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.factory import make_placer
-from slurm_liquid.placement.inputs import load_requests, load_state
+from slurm_liquid.placement.inputs import MAX_GPUS, load_requests, load_state
 from slurm_liquid.placement.quality import job_quality, whole_free_nodes
 from slurm_liquid.topology import Topology
 
@@ -56,8 +56,8 @@ def _requests(args: argparse.Namespace) -> list[PlacementRequest]:
         if args.gpus_per_node is not None or args.gpu_type is not None:
             raise UsageError("--gpus-per-node and --gpu-type go with --gpus; put them in the requests file instead")
         return load_requests(args.requests)
-    if args.gpus <= 0:
-        raise UsageError(f"--gpus must be positive, got {args.gpus}")
+    if not 0 < args.gpus <= MAX_GPUS:
+        raise UsageError(f"--gpus must be positive and at most {MAX_GPUS}, got {args.gpus}")
     k = args.gpus_per_node
     if k is not None and (k <= 0 or args.gpus % k):
         raise UsageError(f"--gpus {args.gpus} is not a positive multiple of --gpus-per-node {k}")

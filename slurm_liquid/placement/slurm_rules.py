@@ -50,13 +50,19 @@ def constraint_matches(expression: str, features: Iterable[str]) -> bool | None:
     return False
 
 
+def per_gpu(job) -> tuple[float, float]:
+    """(CPUs, MiB of memory) the job asks for each GPU it gets: its CPUs are for the whole job, its
+    memory per node (slurm.Job.mem_mib)."""
+    gpus = max(job.gpus, 1)
+    per_node = job.gpus_per_node or math.ceil(gpus / max(job.num_nodes, 1))
+    return (job.cpus / gpus if job.cpus else 0.0), ((job.mem_mib or 0) / max(per_node, 1))
+
+
 def job_view(job, nodes: Mapping[str, object], state: ClusterState) -> JobView:
     """The cluster as `job` (slurm.Job) sees it: only nodes Slurm would start it on."""
     partitions = {p for p in (job.partition or "").split(",") if p}
-    constraint = getattr(job, "features", "") or ""
-    gpus = max(job.gpus, 1)
-    cpus_per_gpu = job.cpus / gpus if job.cpus else 0.0
-    mem_per_gpu = (job.mem_mib or 0) / gpus
+    constraint = job.features or ""
+    cpus_per_gpu, mem_per_gpu = per_gpu(job)
     seen: dict[str, int] = {}
     usable = {}
     for name, free in state.nodes.items():
@@ -72,7 +78,7 @@ def job_view(job, nodes: Mapping[str, object], state: ClusterState) -> JobView:
         if job.gpu_type and node.gpu_type and job.gpu_type != node.gpu_type:
             seen["gpu type"] = seen.get("gpu type", 0) + 1
             continue
-        matches = constraint_matches(constraint, getattr(node, "features", ()) or ())
+        matches = constraint_matches(constraint, node.features)
         if matches is None:
             return JobView(ClusterState({}), f"constraint {constraint[:60]!r} is not one the daemon reads", True)
         if not matches:

@@ -9,8 +9,8 @@ argument list with a timeout.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
+from collections import deque
 from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
@@ -47,8 +47,13 @@ class CliBackend:
     name = "cli"
 
     def __init__(self, runner: CommandRunner | None = None, timeout_s: float = 30.0):
+        if not 0 < timeout_s <= 86400:  # every command must end: no 0, no infinity, no NaN
+            raise SlurmError(f"the Slurm command timeout must be in (0, 86400] seconds, not {timeout_s!r}")
         self.runner = runner or LocalRunner()
         self.timeout_s = timeout_s
+        # why entries of Slurm's answers were skipped (see parse's module doc), the latest 1,000;
+        # a caller may count and clear it, e.g. once per daemon pass
+        self.skipped: deque[str] = deque(maxlen=1000)
 
     # ------------------------------------------------------------ plumbing
 
@@ -56,16 +61,7 @@ class CliBackend:
         return self.runner(list(argv), timeout=self.timeout_s, stdin=stdin)
 
     def _json(self, *argv: str) -> Mapping[str, Any]:
-        out = self._run(*argv)
-        try:
-            doc = json.loads(out)
-        except json.JSONDecodeError as exc:
-            raise SlurmError(f"`{' '.join(argv)}` did not print JSON ({exc.msg} at char {exc.pos})") from None
-        except RecursionError:
-            raise SlurmError(f"`{' '.join(argv)}` printed JSON nested too deeply") from None
-        if not isinstance(doc, Mapping):
-            raise SlurmError(f"`{' '.join(argv)}` printed JSON that is not an object")
-        return doc
+        return parse.loads(self._run(*argv), " ".join(argv))
 
     @cached_property
     def _version(self) -> SlurmVersion:
@@ -91,7 +87,7 @@ class CliBackend:
             if ids is not None and "Invalid job id" in exc.stderr:
                 return []
             raise
-        jobs = parse.jobs_from_document(doc, "squeue")
+        jobs = parse.jobs_from_document(doc, "squeue", self.skipped)
         # Slurm 22.05's `squeue --json` ignores --jobs and prints every job: filter here too.
         return _only(jobs, ids)
 
@@ -133,7 +129,7 @@ class CliBackend:
             filters.append("--starttime=" + since.strftime("%Y-%m-%dT%H:%M:%S"))
         if until is not None:
             filters.append("--endtime=" + until.strftime("%Y-%m-%dT%H:%M:%S"))
-        jobs = parse.jobs_from_document(self._json("sacct", "--json", *filters), "sacct")
+        jobs = parse.jobs_from_document(self._json("sacct", "--json", *filters), "sacct", self.skipped)
         if self.version() < SACCT_JSON_EXIT_CODES_SINCE and any(j.is_finished for j in jobs):
             codes = parse.exit_codes_from_sacct_text(self._run(
                 "sacct", "--noheader", "--parsable2", "--allocations", "--format=JobIDRaw,ExitCode", *filters))
@@ -143,12 +139,13 @@ class CliBackend:
 
     def nodes(self) -> list[Node]:
         if self.version() >= SCONTROL_JSON_SINCE:
-            return parse.nodes_from_document(self._json("scontrol", "show", "nodes", "--json"), "scontrol show nodes")
-        return parse.nodes_from_document(self._json("sinfo", "--json"), "sinfo")
+            return parse.nodes_from_document(self._json("scontrol", "show", "nodes", "--json"), "scontrol show nodes",
+                                             self.skipped)
+        return parse.nodes_from_document(self._json("sinfo", "--json"), "sinfo", self.skipped)
 
     def partitions(self) -> list[Partition]:
         out = self._run("scontrol", "show", "partition", "--oneliner")
-        return [parse.partition_from_oneliner(line) for line in out.splitlines() if line.strip()]
+        return parse.partitions_from_text(out, skipped=self.skipped)
 
     def topology(self) -> "Topology":
         from slurm_liquid.topology import Topology

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from slurm_liquid.slurm.errors import SlurmError
 
 
 @dataclass(frozen=True, order=True)
@@ -14,12 +17,13 @@ class SlurmVersion:
 
     @classmethod
     def parse(cls, text: str) -> "SlurmVersion":
-        """'slurm 24.11.5', '24.11.5' or '22.05.8' -> SlurmVersion."""
-        token = text.strip().split()[-1]
-        parts = [int("".join(ch for ch in p if ch.isdigit()) or 0) for p in token.split(".")[:3]]
-        while len(parts) < 3:
-            parts.append(0)
-        return cls(*parts)
+        """'slurm 24.11.5', '24.11.5' or '22.05.8' -> SlurmVersion; SlurmError when it names none."""
+        words = text.strip().split()
+        match = re.match(r"([0-9]{1,5})(?:\.([0-9]{1,5}))?(?:\.([0-9]{1,5}))?", words[-1] if words else "")
+        if not match:
+            shown = text.strip()[:60]
+            raise SlurmError(f"cannot read a Slurm version from {shown!r}")
+        return cls(*(int(part or 0) for part in match.groups()))
 
     def __str__(self) -> str:
         return f"{self.major}.{self.minor:02d}.{self.micro}"
@@ -32,6 +36,9 @@ class Job:
     `gpus` is what the job holds when it has an allocation, else what it asked for.
     `state` is the base state (PENDING, RUNNING, COMPLETED, ...); `state_flags` holds the
     extra flags newer Slurm versions list beside it (REQUEUED, COMPLETING, ...).
+    As in Slurm's own options, `cpus` counts the whole job (`cpus_per_node` divides it), while
+    `mem_mib` is per node (--mem, or --mem-per-cpu times the CPUs of a node; None when unknown
+    or --mem=0, a whole node). `features` is the job's --constraint expression as Slurm prints it.
     """
 
     job_id: int
@@ -64,6 +71,12 @@ class Job:
     time_limit_s: int | None = None
     work_dir: str = ""
     source: str = "squeue"
+    features: str = ""                      # --constraint, e.g. 'a100&ib' or '[rack1|rack2]'
+
+    @property
+    def cpus_per_node(self) -> int:
+        """CPUs on each node (rounded up when they do not divide evenly)."""
+        return -(-self.cpus // max(self.num_nodes, 1))
 
     @property
     def is_pending(self) -> bool:
@@ -101,6 +114,7 @@ class Node:
     shards_alloc: int = 0
     reason: str = ""
     version: str = ""
+    features: tuple[str, ...] = ()          # active features (what --constraint is matched against)
 
     @property
     def available(self) -> bool:

@@ -5,64 +5,120 @@ Slurm 22.05 speaks openapi v0.0.38 (plain numbers, states as strings, `gres:gpu:
 comments in sacct as `{job, administrator, system}`, `gres/gpu:2`), and 26.05 data_parser
 v0.0.45, of the same family. Each helper below accepts every shape it has been seen in,
 and the recorded outputs in tests/fixtures/slurm/ pin that down.
+
+Whatever a reply holds, reading it ends in one of three ways, never in another exception:
+
+- **the document is not a Slurm answer** (not a JSON object, `jobs`/`nodes`/`errors` not a list,
+  JSON nested too deeply or not JSON at all): `SlurmError`, and the caller has no jobs this time;
+- **one entry cannot be read** (not an object, no job id or node name, a count that is negative
+  or beyond Slurm's 32-bit range, a number that is not finite where one is needed, a state that
+  is neither a string nor a list, an unexpandable host list, a field of the wrong type): that entry
+  is skipped with a logged reason (WARNING the first time, DEBUG after) and, when the caller
+  passes a `skipped` list, the reason is appended there. Every other entry is still returned, so
+  one user's odd job never hides the healthy ones from the daemon;
+- **a field that is merely unset or out of range but has a safe meaning** becomes that meaning:
+  NaN, infinity and `{set: false}` read as unset; timestamps at or before the epoch read as
+  unset; a timestamp beyond the year 9999 (`--begin=uts99999999999999`) reads as unset, except a
+  pending job's eligible (begin) time, which becomes `FAR_FUTURE`: the job asked not to start
+  yet, and treating that as "no begin time" would let the daemon start it.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping, MutableSequence, TypeVar
 
 import hostlist
 
+from slurm_liquid import hostnames
+from slurm_liquid.files import parse_json
 from slurm_liquid.slurm.errors import SlurmError
 from slurm_liquid.slurm.models import FINISHED_STATES, Job, Node, Partition, SlurmVersion
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BASE_JOB_STATES = frozenset({
     "PENDING", "RUNNING", "SUSPENDED", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL",
     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 BASE_NODE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
 _MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+# Slurm keeps counts (CPUs, GPUs, nodes, job ids, priorities) in 32 bits; memory in MiB in 64.
+MAX_COUNT = 2 ** 32 - 1
+MAX_MIB = 2 ** 63
+# 0xfffffffe / 0xffffffff: NO_VAL and INFINITE, which 22.05's plain numbers print as they are
+_NO_VAL32 = (0xFFFFFFFE, 0xFFFFFFFF)
+MAX_HOSTS = 100_000  # more names than any cluster has: a host list beyond it is not a node list
+FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
+_LAST_SECOND = FAR_FUTURE.timestamp()
+
+
+class BadEntry(SlurmError):
+    """One job, node or partition of a reply that cannot be read; the others still are."""
 
 
 # ---------------------------------------------------------------- scalars
 
 def num(value: Any) -> int | float | None:
-    """A number from either a plain value or `{set, infinite, number}`; None when unset or infinite."""
+    """A number from either a plain value or `{set, infinite, number}`; None when unset, infinite or NaN."""
     if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite", False):
             return None
         value = value.get("number")
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return value
-    try:
-        return int(str(value))
-    except ValueError:
-        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, str) and re.fullmatch(r"\s*-?[0-9]{1,30}\s*", value):
+        return int(value)
+    return None
 
 
 def integer(value: Any, default: int = 0) -> int:
+    """A whole number (a float is truncated); `default` when unset."""
     n = num(value)
     return default if n is None else int(n)
 
 
-def timestamp(value: Any) -> datetime | None:
+def count(value: Any, what: str, default: int = 0, high: int = MAX_COUNT) -> int:
+    """A count Slurm keeps unsigned: `default` when unset, BadEntry when negative or beyond `high`."""
+    n = integer(value, default)
+    if not 0 <= n <= high:
+        raise BadEntry(f"{what}={_short(n)} is out of range")
+    return n
+
+
+def timestamp(value: Any, beyond: datetime | None = None) -> datetime | None:
+    """A UTC time from seconds since the epoch; None when unset or not after the epoch, and
+    `beyond` for a time past what datetime holds (the year 9999)."""
     n = num(value)
-    return datetime.fromtimestamp(n, tz=timezone.utc) if n else None
+    if n is None or n <= 0:
+        return None
+    if n > _LAST_SECOND:
+        return beyond
+    return datetime.fromtimestamp(n, tz=timezone.utc)
 
 
 def states(value: Any, base: frozenset[str]) -> tuple[str, tuple[str, ...]]:
     """(base state, other flags) from `"IDLE+DRAIN"`, `"PENDING"` or `["MIXED", "DRAIN"]`."""
     if isinstance(value, str):
-        items = re.split(r"[+,]", value)
+        items: list[Any] = re.split(r"[+,]", value)
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    elif value is None:
+        items = []
     else:
-        items = list(value or [])
-    items = [str(i).strip().upper() for i in items if str(i).strip()]
-    main = next((s for s in items if s in base), items[0] if items else "UNKNOWN")
-    return main, tuple(s for s in items if s != main)
+        raise BadEntry(f"state is a {type(value).__name__}, not a string or a list")
+    names = [text(i, "state").strip().upper() for i in items]
+    names = [s for s in names if s]
+    main = next((s for s in names if s in base), names[0] if names else "UNKNOWN")
+    return main, tuple(s for s in names if s != main)
 
 
 def job_states(value: Any) -> tuple[str, tuple[str, ...]]:
@@ -73,18 +129,50 @@ def job_states(value: Any) -> tuple[str, tuple[str, ...]]:
     return state, flags
 
 
-def text(value: Any) -> str:
-    return "" if value is None else str(value)
+def text(value: Any, what: str = "value") -> str:
+    """A string field: strings and numbers as text, None as ''; BadEntry for lists and objects."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):  # bool included: `true` -> 'True' as before
+        return str(value) if not isinstance(value, int) or abs(value) < 10 ** 30 else _short(value)
+    raise BadEntry(f"{what} is a {type(value).__name__}, not a string")
+
+
+def _short(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."
+
+
+def _mapping(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise BadEntry(f"{key} is a {type(value).__name__}, not an object")
+    return value
+
+
+def expand_hostlist(expr: str, limit: int = MAX_HOSTS) -> list[str]:
+    """`gpu[01-02],cpu1` -> 3 names, refused past `limit` before expansion (slurm_liquid.hostnames).
+    Raises hostlist.BadHostlist."""
+    return hostnames.expand(expr, limit)
 
 
 def expand_nodes(expr: Any) -> tuple[str, ...]:
     """`gpu[01-02],cpu1` -> ('gpu01', 'gpu02', 'cpu1'); lists pass through; '(null)'/'None' -> ()."""
     if isinstance(expr, (list, tuple)):
-        return tuple(str(n) for n in expr)
-    expr = text(expr).strip()
+        if len(expr) > MAX_HOSTS:
+            raise BadEntry(f"node list of {len(expr)} names")
+        return tuple(text(n, "node name") for n in expr)
+    expr = text(expr, "node list").strip()
     if not expr or expr in {"(null)", "None", "N/A", "None assigned"}:
         return ()
-    return tuple(hostlist.expand_hostlist(expr))
+    try:
+        return tuple(expand_hostlist(expr))
+    except hostlist.BadHostlist as exc:
+        raise BadEntry(f"node list {_short(expr)}: {exc}") from None
 
 
 # ---------------------------------------------------------------- GRES and TRES
@@ -106,25 +194,31 @@ def split_gres(spec: str) -> list[str]:
 def parse_gres(spec: Any) -> list[tuple[str, str | None, int]]:
     """[(name, type, count)] from 'gpu:h100:4(S:0),shard:16', 'gres/gpu:2' (24.11) or 'gres:gpu:2' (22.05)."""
     out = []
-    for item in split_gres(text(spec)):
+    for item in split_gres(text(spec, "gres")):
         item = re.sub(r"\(.*\)$", "", item)
         item = re.sub(r"^gres[/:]", "", item)
         fields = item.split(":")
-        count = 1
-        if len(fields) > 1 and re.fullmatch(r"\d+", fields[-1]):
-            count = int(fields.pop())
+        amount = 1
+        if len(fields) > 1 and re.fullmatch(r"[0-9]+", fields[-1]):
+            amount = _digits(fields.pop(), "gres count")
         name = fields[0]
         gtype = fields[1] if len(fields) > 1 else None
-        out.append((name, gtype, count))
+        out.append((name, gtype, amount))
     return out
+
+
+def _digits(value: str, what: str) -> int:
+    if len(value) > 20 or int(value) > MAX_COUNT:
+        raise BadEntry(f"{what} {_short(value)} is out of range")
+    return int(value)
 
 
 def gres_count(spec: Any, name: str = "gpu") -> tuple[int, str | None]:
     """Total count of one GRES in a spec, and its type when the spec names one."""
     total, gtype = 0, None
-    for gname, t, count in parse_gres(spec):
+    for gname, t, amount in parse_gres(spec):
         if gname == name:
-            total += count
+            total += amount
             gtype = gtype or t
     return total, gtype
 
@@ -133,28 +227,41 @@ def parse_tres(value: Any) -> dict[str, float]:
     """TRES as {'cpu': 2, 'mem': MiB, 'node': 1, 'gres/gpu': 2, 'gres/gpu:h100': 2}.
 
     Accepts the string form ('cpu=2,mem=2G,gres/gpu=3') and the list form of sacct
-    ([{'type': 'gres', 'name': 'gpu', 'count': 2}, ...]).
+    ([{'type': 'gres', 'name': 'gpu', 'count': 2}, ...]). An amount that is not a finite
+    number below 2^63 is a BadEntry (a TRES total nobody can have); negative list counts
+    (energy: -2) mean "not counted" and are left out.
     """
     out: dict[str, float] = {}
     if isinstance(value, list):
         for item in value:
-            key = item.get("type", "") + (f"/{item['name']}" if item.get("name") else "")
-            count = num(item.get("count"))
-            if count is not None and count >= 0:
-                out[key] = float(count)
+            if not isinstance(item, Mapping):
+                raise BadEntry(f"a TRES item is a {type(item).__name__}, not an object")
+            name = text(item.get("name"), "TRES name")
+            key = text(item.get("type"), "TRES type") + (f"/{name}" if name else "")
+            amount = num(item.get("count"))
+            if amount is not None and amount >= 0:
+                out[key] = _amount(amount, key)
         return out
-    for item in text(value).split(","):
+    for item in text(value, "TRES").split(","):
         if "=" not in item:
             continue
         key, raw = item.split("=", 1)
-        match = re.fullmatch(r"([\d.]+)([KMGT]?)", raw.strip())
+        match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMGT]?)", raw.strip())
         if not match:
             continue
+        if len(match.group(1)) > 30:
+            raise BadEntry(f"TRES {key}={_short(raw)} is out of range")
         amount = float(match.group(1))
         if key == "mem":
             amount *= _MEM_UNITS.get(match.group(2) or "M", 1)
-        out[key.strip()] = amount
+        out[key.strip()] = _amount(amount, key)
     return out
+
+
+def _amount(amount: float, key: str) -> float:
+    if not 0 <= amount < MAX_MIB:
+        raise BadEntry(f"TRES {key}={_short(amount)} is out of range")
+    return float(amount)
 
 
 def tres_gpus(tres: Mapping[str, float]) -> int:
@@ -166,42 +273,113 @@ def tres_gpus(tres: Mapping[str, float]) -> int:
 
 # ---------------------------------------------------------------- documents
 
-def check_document(doc: Mapping[str, Any], command: str) -> None:
-    """Raise SlurmError when a JSON reply carries errors (22.05's "Nothing found" is an empty answer)."""
-    errors = [e for e in doc.get("errors") or []
-              if not (isinstance(e, Mapping) and e.get("description") == "Nothing found")]
+def check_document(doc: Any, command: str) -> None:
+    """Raise SlurmError when a reply is not a JSON object or carries errors (22.05's "Nothing
+    found" is an empty answer)."""
+    if not isinstance(doc, Mapping):
+        raise SlurmError(f"{command} printed JSON that is not an object ({type(doc).__name__})")
+    raw = doc.get("errors")
+    if not raw:
+        return
+    if not isinstance(raw, list):
+        raise SlurmError(f"{command} printed `errors` that is a {type(raw).__name__}, not a list")
+    errors = [e for e in raw if not (isinstance(e, Mapping) and e.get("description") == "Nothing found")]
     if errors:
-        messages = "; ".join(text(e.get("description") or e.get("error") or e) if isinstance(e, Mapping) else text(e)
-                             for e in errors)
+        messages = "; ".join(_error_text(e) for e in errors[:5])
         raise SlurmError(f"{command} reported: {messages}")
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, Mapping):
+        error = error.get("description") or error.get("error") or error
+    shown = error if isinstance(error, str) else _short(error)
+    return shown if len(shown) <= 300 else shown[:297] + "..."
+
+
+def _entries(doc: Mapping[str, Any], key: str, command: str) -> list[Any]:
+    value = doc.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SlurmError(f"{command} printed `{key}` that is a {type(value).__name__}, not a list")
+    return value
+
+
+_warned: set[str] = set()
+
+
+def _each(entries: Iterable[Any], read: Callable[[Mapping[str, Any]], T], command: str, what: str,
+          skipped: MutableSequence[str] | None) -> list[T]:
+    """`read` of every entry; an entry it cannot read is skipped with its reason (see the module doc)."""
+    out = []
+    for i, raw in enumerate(entries):
+        try:
+            if not isinstance(raw, Mapping):
+                raise BadEntry(f"is a {type(raw).__name__}, not an object")
+            out.append(read(raw))
+        # Any exception: one unreadable entry must never take the whole answer with it. The
+        # helpers raise BadEntry with a precise reason; anything else is named by its type.
+        except Exception as exc:
+            reason = f"{command}: skipped {what} {_ident(raw, i)}: {_reason(exc)}"
+            if skipped is not None:
+                skipped.append(reason)
+            if reason in _warned:
+                log.debug("%s", reason)
+            else:
+                if len(_warned) < 10_000:
+                    _warned.add(reason)
+                log.warning("%s", reason)
+    return out
+
+
+def _ident(raw: Any, index: int) -> str:
+    if isinstance(raw, Mapping):
+        for key in ("job_id", "name"):
+            value = raw.get(key)
+            if isinstance(value, (str, int)) and not isinstance(value, bool) and len(str(value)) <= 40:
+                return f"{value} (entry {index})"
+    return f"entry {index}"
+
+
+def _reason(exc: Exception) -> str:
+    message = str(exc) if isinstance(exc, BadEntry) else f"{type(exc).__name__}: {exc}"
+    return message if len(message) <= 300 else message[:297] + "..."
 
 
 def document_version(doc: Mapping[str, Any]) -> SlurmVersion | None:
     """The Slurm version in a reply's `meta` (24.11: meta.slurm.version, 22.05: meta.Slurm.version)."""
-    meta = doc.get("meta") or {}
-    slurm = meta.get("slurm") or meta.get("Slurm") or {}
-    version = slurm.get("version") or {}
     try:
-        return SlurmVersion(int(version["major"]), int(version["minor"]), int(version.get("micro", 0)))
-    except (KeyError, TypeError, ValueError):
+        meta = doc.get("meta") or {}
+        slurm = meta.get("slurm") or meta.get("Slurm") or {}
+        version = slurm.get("version") or {}
+        parts = [version["major"], version["minor"], version.get("micro", 0)]
+        if not all(isinstance(p, int) and not isinstance(p, bool) or isinstance(p, str) and p.isascii()
+                   and p.isdigit() and len(p) < 6 for p in parts):
+            return None
+        return SlurmVersion(*(int(p) for p in parts))
+    except (AttributeError, KeyError, TypeError, ValueError):
         return None
 
 
 def _comments(raw: Mapping[str, Any]) -> tuple[str, str, str]:
     comment = raw.get("comment")
     if isinstance(comment, Mapping):  # sacct, data_parser v0.0.40+
-        return text(comment.get("job")), text(comment.get("administrator")), text(comment.get("system"))
-    return text(comment), text(raw.get("admin_comment")), text(raw.get("system_comment"))
+        return (text(comment.get("job"), "comment"), text(comment.get("administrator"), "admin comment"),
+                text(comment.get("system"), "system comment"))
+    return (text(comment, "comment"), text(raw.get("admin_comment"), "admin comment"),
+            text(raw.get("system_comment"), "system comment"))
 
 
 def _exit_code(value: Any) -> int | None:
     if isinstance(value, Mapping):
-        return num(value.get("return_code"))
-    status = num(value)  # 22.05 squeue: the raw wait status (exit 3 -> 768)
-    if status is None:
-        return None
-    status = int(status)
-    return status >> 8 if status & 0x7F == 0 else 128 + (status & 0x7F)
+        code = num(value.get("return_code"))
+    else:
+        status = num(value)  # 22.05 squeue: the raw wait status (exit 3 -> 768)
+        if status is None or not 0 <= status <= MAX_COUNT:
+            return None
+        status = int(status)
+        code = status >> 8 if status & 0x7F == 0 else 128 + (status & 0x7F)
+    return int(code) if code is not None and -MAX_COUNT <= code <= MAX_COUNT else None
 
 
 def exit_codes_from_sacct_text(text_out: str) -> dict[int, int]:
@@ -209,15 +387,52 @@ def exit_codes_from_sacct_text(text_out: str) -> dict[int, int]:
 
     Slurm 22.05's `sacct --json` reports exit code 0 for every job (seen on 22.05.8: a FAILED
     job with `ExitCode=3:0` in text shows `return_code: 0`), so the client reads it from text there.
+    Lines that do not read as `<id>|<exit>:<signal>` are left out.
     """
     codes = {}
     for line in text_out.splitlines():
-        job_id, _, code = line.partition("|")
-        exit_part, _, signal_part = code.partition(":")
-        if job_id.isdigit() and exit_part.isdigit():
-            signal = int(signal_part) if signal_part.isdigit() else 0
-            codes[int(job_id)] = 128 + signal if signal else int(exit_part)
+        match = re.fullmatch(r"([0-9]{1,10})\|([0-9]{1,10})(?::([0-9]{1,10}))?", line.strip())
+        if match:
+            signal = int(match.group(3) or 0)
+            codes[int(match.group(1))] = 128 + signal if signal else int(match.group(2))
     return codes
+
+
+def _job_id(raw: Mapping[str, Any]) -> int:
+    if num(raw.get("job_id")) is None:
+        raise BadEntry(f"no job_id (job_id={_short(raw.get('job_id'))})")
+    return count(raw.get("job_id"), "job_id")
+
+
+def _priority(value: Any) -> int | None:
+    priority = num(value)
+    return None if priority is None else count(priority, "priority")
+
+
+def _time_limit_s(value: Any) -> int | None:
+    """Minutes -> seconds; unset, unlimited (22.05's NO_VAL/INFINITE) and negative -> None."""
+    minutes = num(value)
+    if minutes is None or minutes < 0 or minutes >= _NO_VAL32[0]:
+        return None
+    return int(minutes) * 60
+
+
+def _per_node_mib(explicit_node: Any, explicit_cpu: Any, cpus: int, nodes: int, total: float | None) -> int | None:
+    """Memory per node: --mem, else --mem-per-cpu x CPUs per node, else the TRES total over the
+    nodes; None when unknown (and for --mem=0, which means a whole node)."""
+    per_node = num(explicit_node)
+    if per_node is not None and 0 < per_node < MAX_MIB:
+        return int(per_node)
+    per_cpu = num(explicit_cpu)
+    if per_cpu is not None and 0 < per_cpu < MAX_MIB and cpus:
+        return int(per_cpu) * -(-cpus // max(nodes, 1))
+    if total:
+        return int(total) // max(nodes, 1)
+    return None
+
+
+def _gpu_type(*types: str | None) -> str | None:
+    return next((t for t in types if t), None)
 
 
 def job_from_squeue(raw: Mapping[str, Any]) -> Job:
@@ -227,80 +442,102 @@ def job_from_squeue(raw: Mapping[str, Any]) -> Job:
     req = parse_tres(raw.get("tres_req_str"))
     per_node, node_type = gres_count(raw.get("tres_per_node"))
     per_job, job_type = gres_count(raw.get("tres_per_job"))
-    num_nodes = integer(raw.get("node_count"))
+    num_nodes = count(raw.get("node_count"), "node_count")
     gpus = tres_gpus(alloc) or tres_gpus(req) or per_job or per_node * max(num_nodes, 1)
-    priority = num(raw.get("priority"))
-    mem = alloc.get("mem") or req.get("mem")
-    limit_min = num(raw.get("time_limit"))
+    priority = _priority(raw.get("priority"))
+    cpus = count(raw.get("cpus"), "cpus")
     return Job(
-        job_id=integer(raw.get("job_id")), name=text(raw.get("name")), user=text(raw.get("user_name")),
-        state=state, state_flags=flags, reason=text(raw.get("state_reason")), partition=text(raw.get("partition")),
-        nodes=expand_nodes(raw.get("nodes")), num_nodes=num_nodes,
-        cpus=integer(raw.get("cpus")), mem_mib=int(mem) if mem else None,
-        gpus=gpus, gpus_per_node=per_node or None, gpu_type=node_type or job_type,
-        shards=int(alloc.get("gres/shard") or req.get("gres/shard") or 0),
+        job_id=_job_id(raw), name=text(raw.get("name"), "name"), user=text(raw.get("user_name"), "user_name"),
+        state=state, state_flags=flags, reason=text(raw.get("state_reason"), "state_reason"),
+        partition=text(raw.get("partition"), "partition"),
+        nodes=expand_nodes(raw.get("nodes")), num_nodes=num_nodes, cpus=cpus,
+        mem_mib=_per_node_mib(raw.get("memory_per_node"), raw.get("memory_per_cpu"), cpus, num_nodes,
+                              alloc.get("mem") or req.get("mem")),
+        gpus=count(gpus, "gpus"), gpus_per_node=count(per_node, "gpus per node") or None,
+        gpu_type=_gpu_type(node_type, job_type),
+        shards=count(alloc.get("gres/shard") or req.get("gres/shard") or 0, "shards"),
+        features=text(raw.get("features"), "features"),
         comment=comment, admin_comment=admin_comment, system_comment=system_comment,
-        priority=None if priority is None else int(priority),
-        held=bool(raw.get("hold")) or (state == "PENDING" and priority == 0),
-        restarts=integer(raw.get("restart_cnt")),
+        priority=priority, held=bool(raw.get("hold")) or (state == "PENDING" and priority == 0),
+        restarts=count(raw.get("restart_cnt"), "restart_cnt"),
         exit_code=_exit_code(raw.get("exit_code")) if state in FINISHED_STATES else None,
         submit_time=timestamp(raw.get("submit_time")), start_time=timestamp(raw.get("start_time")),
-        eligible_time=timestamp(raw.get("eligible_time")), required_nodes=expand_nodes(raw.get("required_nodes")),
+        # a begin time past the year 9999 still means "not yet", never "now"
+        eligible_time=timestamp(raw.get("eligible_time"), beyond=FAR_FUTURE),
+        required_nodes=expand_nodes(raw.get("required_nodes")),
         # squeue reports the expected end (start + time limit) for running jobs: keep only real ends.
         end_time=timestamp(raw.get("end_time")) if state in FINISHED_STATES else None,
-        time_limit_s=None if limit_min is None else int(limit_min) * 60,
-        work_dir=text(raw.get("current_working_directory")), source="squeue")
+        time_limit_s=_time_limit_s(raw.get("time_limit")),
+        work_dir=text(raw.get("current_working_directory"), "current_working_directory"), source="squeue")
 
 
 def job_from_sacct(raw: Mapping[str, Any]) -> Job:
-    state_block = raw.get("state") or {}
+    state_block = _mapping(raw, "state")
     state, flags = job_states(state_block.get("current"))
     comment, admin_comment, system_comment = _comments(raw)
-    tres = raw.get("tres") or {}
+    tres = _mapping(raw, "tres")
     alloc, req = parse_tres(tres.get("allocated")), parse_tres(tres.get("requested"))
-    times = raw.get("time") or {}
-    limit_min = num(times.get("limit"))
-    required = raw.get("required") or {}
+    times = _mapping(raw, "time")
+    required = _mapping(raw, "required")
     user = raw.get("user")
-    priority = num(raw.get("priority"))
-    mem = alloc.get("mem") or req.get("mem")
+    priority = _priority(raw.get("priority"))
+    num_nodes = count(raw.get("allocation_nodes"), "allocation_nodes")
+    cpus = count(alloc.get("cpu") or req.get("cpu") or integer(required.get("CPUs")), "cpus")
     return Job(
-        job_id=integer(raw.get("job_id")), name=text(raw.get("name")),
-        user=text(user.get("name") if isinstance(user, Mapping) else user),
-        state=state, state_flags=flags, reason=text(state_block.get("reason")), partition=text(raw.get("partition")),
-        nodes=expand_nodes(raw.get("nodes")), num_nodes=integer(raw.get("allocation_nodes")),
-        cpus=int(alloc.get("cpu") or req.get("cpu") or integer(required.get("CPUs"))),
-        mem_mib=int(mem) if mem else None,
-        gpus=tres_gpus(alloc) or tres_gpus(req), shards=int(alloc.get("gres/shard") or req.get("gres/shard") or 0),
+        job_id=_job_id(raw), name=text(raw.get("name"), "name"),
+        user=text(user.get("name") if isinstance(user, Mapping) else user, "user"),
+        state=state, state_flags=flags, reason=text(state_block.get("reason"), "reason"),
+        partition=text(raw.get("partition"), "partition"),
+        nodes=expand_nodes(raw.get("nodes")), num_nodes=num_nodes, cpus=cpus,
+        mem_mib=_per_node_mib(required.get("memory_per_node"), required.get("memory_per_cpu"), cpus, num_nodes,
+                              alloc.get("mem") or req.get("mem")),
+        gpus=count(tres_gpus(alloc) or tres_gpus(req), "gpus"),
+        shards=count(alloc.get("gres/shard") or req.get("gres/shard") or 0, "shards"),
+        features=text(raw.get("constraints"), "constraints"),
         comment=comment, admin_comment=admin_comment, system_comment=system_comment,
-        priority=None if priority is None else int(priority),
-        held=bool(raw.get("hold")) or (state == "PENDING" and priority == 0),
-        restarts=integer(raw.get("restart_cnt")),
+        priority=priority, held=bool(raw.get("hold")) or (state == "PENDING" and priority == 0),
+        restarts=count(raw.get("restart_cnt"), "restart_cnt"),
         exit_code=_exit_code(raw.get("exit_code")) if state in FINISHED_STATES else None,
         submit_time=timestamp(times.get("submission")), start_time=timestamp(times.get("start")),
+        eligible_time=timestamp(times.get("eligible"), beyond=FAR_FUTURE),
         end_time=timestamp(times.get("end")),
-        time_limit_s=None if limit_min is None else int(limit_min) * 60,
-        work_dir=text(raw.get("working_directory")), source="sacct")
+        time_limit_s=_time_limit_s(times.get("limit")),
+        work_dir=text(raw.get("working_directory"), "working_directory"), source="sacct")
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    """A list of names, or one comma-separated string of them (22.05 sinfo features)."""
+    if isinstance(value, (list, tuple)):
+        items = [text(v, what) for v in value]
+    else:
+        items = text(value, what).split(",")
+    return tuple(i.strip() for i in items if i.strip())
 
 
 def node_from_json(raw: Mapping[str, Any]) -> Node:
     """A node from `scontrol show nodes --json` (23.02+) or `sinfo --json` (22.05)."""
+    name = text(raw.get("name"), "name")
+    if not name:
+        raise BadEntry("no name")
     state_value = raw.get("state")
     if isinstance(state_value, str) and raw.get("state_flags"):
-        state_value = [state_value, *raw["state_flags"]]
+        state_value = [state_value, *_names(raw.get("state_flags"), "state_flags")]
     state, flags = states(state_value, BASE_NODE_STATES)
     gpus, gpu_type = gres_count(raw.get("gres"))
     gpus_alloc, _ = gres_count(raw.get("gres_used"))
     shards, _ = gres_count(raw.get("gres"), "shard")
     shards_alloc, _ = gres_count(raw.get("gres_used"), "shard")
-    partitions = raw.get("partitions") or []
+    # active_features: what the node has now (a node that can reboot into others lists those in features)
+    features = raw.get("active_features") if raw.get("active_features") else raw.get("features")
     return Node(
-        name=text(raw.get("name")), state=state, state_flags=flags,
-        partitions=tuple(partitions if isinstance(partitions, list) else text(partitions).split(",")),
-        cpus=integer(raw.get("cpus")), cpus_alloc=integer(raw.get("alloc_cpus")),
-        mem_mib=integer(raw.get("real_memory")), mem_alloc_mib=integer(raw.get("alloc_memory")),
-        gpus=gpus, gpus_alloc=gpus_alloc, gpu_type=gpu_type, shards=shards, shards_alloc=shards_alloc,
-        reason=text(raw.get("reason")), version=text(raw.get("version")))
+        name=name, state=state, state_flags=flags, partitions=_names(raw.get("partitions"), "partitions"),
+        features=_names(features, "features"),
+        cpus=count(raw.get("cpus"), "cpus"), cpus_alloc=count(raw.get("alloc_cpus"), "alloc_cpus"),
+        mem_mib=count(raw.get("real_memory"), "real_memory", high=MAX_MIB),
+        mem_alloc_mib=count(raw.get("alloc_memory"), "alloc_memory", high=MAX_MIB),
+        gpus=count(gpus, "gpus"), gpus_alloc=count(gpus_alloc, "gpus used"), gpu_type=gpu_type,
+        shards=count(shards, "shards"), shards_alloc=count(shards_alloc, "shards used"),
+        reason=text(raw.get("reason"), "reason"), version=text(raw.get("version"), "version"))
 
 
 def key_values(line: str) -> dict[str, str]:
@@ -316,19 +553,32 @@ def key_values(line: str) -> dict[str, str]:
 def partition_from_oneliner(line: str) -> Partition:
     """A partition from `scontrol show partition --oneliner` (the same text in every version)."""
     kv = key_values(line)
+    name = kv.get("PartitionName", "")
+    if not name:
+        raise BadEntry("no PartitionName=")
     max_time = kv.get("MaxTime", "UNLIMITED")
     return Partition(
-        name=kv.get("PartitionName", ""), nodes=expand_nodes(kv.get("Nodes")), state=kv.get("State", "UP"),
+        name=name, nodes=expand_nodes(kv.get("Nodes")), state=kv.get("State", "UP"),
         is_default=kv.get("Default") == "YES", max_time_s=_duration_s(max_time),
-        total_gpus=tres_gpus(parse_tres(kv.get("TRES"))))
+        total_gpus=count(tres_gpus(parse_tres(kv.get("TRES"))), "TRES gres/gpu"))
+
+
+def partitions_from_text(out: str, command: str = "scontrol show partition", skipped: MutableSequence[str] | None = None
+                         ) -> list[Partition]:
+    """Every partition of `scontrol show partition --oneliner`; a line that cannot be read is skipped."""
+    return _each(({"line": line} for line in out.splitlines() if line.strip()),
+                 lambda raw: partition_from_oneliner(raw["line"]), command, "partition line", skipped)
 
 
 def _duration_s(value: str) -> int | None:
     """Slurm durations: 'UNLIMITED', 'MM', 'HH:MM:SS', 'D-HH:MM:SS' -> seconds."""
     if not value or value.upper() in {"UNLIMITED", "INFINITE", "NONE"}:
         return None
-    days, _, clock = value.rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
+    match = re.fullmatch(r"(?:([0-9]{1,9})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?", value)
+    if not match:
+        raise BadEntry(f"duration {_short(value)} is not [D-]HH:MM:SS")
+    days, *clock = match.groups()
+    parts = [int(p) for p in clock if p is not None]
     if len(parts) == 1:
         seconds = parts[0] * 60
     else:
@@ -338,20 +588,23 @@ def _duration_s(value: str) -> int | None:
     return seconds + int(days or 0) * 86400
 
 
-def jobs_from_document(doc: Mapping[str, Any], command: str) -> list[Job]:
+def jobs_from_document(doc: Mapping[str, Any], command: str, skipped: MutableSequence[str] | None = None) -> list[Job]:
+    """The jobs of a `squeue --json` or `sacct --json` reply (`command` says which)."""
     if not command.startswith("sacct"):
         check_document(doc, command)
-        return [job_from_squeue(raw) for raw in doc.get("jobs") or []]
-    return latest_runs(runs_from_document(doc, command))
+        return _each(_entries(doc, "jobs", command), job_from_squeue, command, "job", skipped)
+    return latest_runs(runs_from_document(doc, command, skipped))
 
 
-def runs_from_document(doc: Mapping[str, Any], command: str = "sacct") -> list[Job]:
+def runs_from_document(doc: Mapping[str, Any], command: str = "sacct", skipped: MutableSequence[str] | None = None
+                       ) -> list[Job]:
     """Every run `sacct --json` recorded, a requeued job's earlier runs included, oldest first."""
     check_document(doc, command)
     # When a step's record reaches slurmdbd before its job's, slurmdbd stores a placeholder
     # (name "allocation", no partition, partial nodes) and fills it in later; seen on 22.05 under
     # load. Every real job has a partition, so a record without one is not reported yet.
-    return [job for job in map(job_from_sacct, doc.get("jobs") or []) if job.partition]
+    runs = _each(_entries(doc, "jobs", command), job_from_sacct, command, "job", skipped)
+    return [job for job in runs if job.partition]
 
 
 def latest_runs(jobs: list[Job]) -> list[Job]:
@@ -367,9 +620,19 @@ def latest_runs(jobs: list[Job]) -> list[Job]:
             else records[-1] for records in runs.values()]
 
 
-def nodes_from_document(doc: Mapping[str, Any], command: str) -> list[Node]:
+def nodes_from_document(doc: Mapping[str, Any], command: str, skipped: MutableSequence[str] | None = None) -> list[Node]:
+    """The nodes of a `scontrol show nodes --json` or `sinfo --json` reply."""
     check_document(doc, command)
-    return [node_from_json(raw) for raw in doc.get("nodes") or []]
+    return _each(_entries(doc, "nodes", command), node_from_json, command, "node", skipped)
+
+
+def loads(out: str, command: str) -> Mapping[str, Any]:
+    """A Slurm command's JSON output as an object; SlurmError when it is anything else."""
+    doc = parse_json(out, f"output of `{command}`", SlurmError)
+    if not isinstance(doc, Mapping):
+        raise SlurmError(f"output of `{command}`: JSON that is not an object")
+    return doc
+
 
 
 # ---------------------------------------------------------------- GRES device indices per node
@@ -399,7 +662,7 @@ def gres_detail_from_squeue(raw: Mapping[str, Any]) -> dict[str, str]:
     if not names:
         try:
             names = list(expand_nodes(raw.get("nodes")))
-        except hostlist.BadHostlist:
+        except (hostlist.BadHostlist, BadEntry):
             raise SlurmError(f"squeue: job {raw.get('job_id')!r} has an unreadable node list") from None
     if len(names) != len(details) or not all(isinstance(n, str) and n for n in names) \
             or not all(isinstance(d, str) for d in details):

@@ -18,7 +18,11 @@ from slurm_liquid.slurm.models import SlurmVersion
 
 
 def pyslurm_version(module: Any) -> SlurmVersion:
-    return SlurmVersion.parse(str(getattr(module, "__version__", "0.0.0")))
+    """The Slurm version pyslurm was built for; 0.0.0 (matching no Slurm) when it does not say."""
+    try:
+        return SlurmVersion.parse(str(getattr(module, "__version__", "0.0.0")))
+    except SlurmError:
+        return SlurmVersion(0, 0, 0)
 
 
 class PyslurmBackend(CliBackend):

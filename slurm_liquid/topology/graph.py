@@ -19,6 +19,7 @@ from typing import Iterable, Mapping, Sequence
 import networkx as nx
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.files import read_text
 from slurm_liquid.topology.parse import SwitchSpec, parse_switch_lines
 
 VIRTUAL_ROOT = "(root)"  # joins disconnected trees; parentheses keep it apart from host names
@@ -91,12 +92,12 @@ class Topology:
     @classmethod
     def from_file(cls, path: str | Path) -> "Topology":
         """From a topology.conf, or a saved `scontrol show topology` (recognised by Level=)."""
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise UsageError(f"cannot read topology file {path}: {exc.strerror}") from None
+        text = read_text(path, "topology")
         scontrol = re.search(r"(?im)^\s*SwitchName=\S+\s+Level=", text) is not None
-        return cls.from_scontrol(text) if scontrol else cls.from_topology_conf(text)
+        try:
+            return cls.from_scontrol(text) if scontrol else cls.from_topology_conf(text)
+        except UsageError as exc:  # name the file: the message names the line
+            raise UsageError(f"{path}: {exc}") from None
 
     @classmethod
     def from_switches(cls, switch_specs: Iterable[SwitchSpec]) -> "Topology":

@@ -11,16 +11,21 @@ Hostlist expressions (`gpu[01-04,07]`, `s[1-2]`) are expanded with python-hostli
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import hostlist
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.slurm.parse import MAX_HOSTS, expand_hostlist
 
 log = logging.getLogger(__name__)
 
 _KNOWN_KEYS = {"switchname", "nodes", "switches", "linkspeed", "level"}
 _NULLS = {"", "(null)", "none"}
+# names all lines may expand to together: upper switches of `scontrol show topology` repeat
+# their nodes, so a few times the most nodes a cluster has
+MAX_NAMES = 10 * MAX_HOSTS
 
 
 @dataclass(frozen=True)
@@ -54,22 +59,29 @@ def _logical_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _expand(expr: str, key: str, number: int) -> tuple[str, ...]:
+def _expand(expr: str, key: str, number: int, budget: int = MAX_HOSTS) -> tuple[str, ...]:
     if expr.strip().lower() in _NULLS:
         return ()
     try:
-        return tuple(hostlist.expand_hostlist(expr))
+        return tuple(expand_hostlist(expr, min(budget, MAX_HOSTS)))
     except hostlist.BadHostlist as exc:
-        raise UsageError(f"topology line {number}: bad {key}={expr!r}: {exc}") from None
+        whole = f" (all lines together may list at most {MAX_NAMES} names)" if budget < MAX_HOSTS else ""
+        raise UsageError(f"topology line {number}: bad {key}={_shown(expr)}: {exc}{whole}") from None
+
+
+def _shown(value: str) -> str:
+    return repr(value) if len(value) <= 60 else repr(value[:57] + "...")
 
 
 def _number(value: str, key: str, number: int, kind: type) -> float:
     try:
-        parsed = kind(value)
+        parsed = kind(value) if len(value) <= 30 else math.nan
     except ValueError:
-        raise UsageError(f"topology line {number}: {key}={value!r} is not a number") from None
-    if parsed < 0 or (key == "LinkSpeed" and parsed == 0):
-        raise UsageError(f"topology line {number}: {key}={value!r} must be positive")
+        parsed = math.nan
+    if not (isinstance(parsed, int) or math.isfinite(parsed)):
+        raise UsageError(f"topology line {number}: {key}={_shown(value)} is not a number")
+    if not 0 <= parsed < 1e15 or (key == "LinkSpeed" and parsed == 0):
+        raise UsageError(f"topology line {number}: {key}={_shown(value)} must be positive and below 1e15")
     return parsed
 
 
@@ -82,6 +94,7 @@ def parse_switch_lines(text: str, strict: bool = True) -> list[SwitchSpec]:
     """
     specs: list[SwitchSpec] = []
     seen: dict[str, int] = {}
+    budget = MAX_NAMES
     for number, line in _logical_lines(text):
         if not strict and not line.lower().startswith("switchname="):
             log.debug("topology line %d: skipping a line that names no switch: %s", number, line)
@@ -90,11 +103,11 @@ def parse_switch_lines(text: str, strict: bool = True) -> list[SwitchSpec]:
         for word in line.split():
             key, sep, value = word.partition("=")
             if not sep:
-                raise UsageError(f"topology line {number}: {word!r} is not Key=Value")
+                raise UsageError(f"topology line {number}: {_shown(word)} is not Key=Value")
             lower = key.lower()
             if lower not in _KNOWN_KEYS:
                 if strict:
-                    raise UsageError(f"topology line {number}: unknown key {key!r} "
+                    raise UsageError(f"topology line {number}: unknown key {_shown(key)} "
                                      "(expected SwitchName, Nodes, Switches, LinkSpeed, Level)")
                 log.debug("topology line %d: skipping unknown key %s", number, key)
                 continue
@@ -105,12 +118,13 @@ def parse_switch_lines(text: str, strict: bool = True) -> list[SwitchSpec]:
         if not name or name.lower() in _NULLS:
             raise UsageError(f"topology line {number}: missing SwitchName= (block topologies are not supported)")
         if name in seen:
-            raise UsageError(f"topology line {number}: switch {name!r} already defined on line {seen[name]}")
+            raise UsageError(f"topology line {number}: switch {_shown(name)} already defined on line {seen[name]}")
         seen[name] = number
-        nodes = _expand(fields.get("nodes", ""), "Nodes", number)
-        switches = _expand(fields.get("switches", ""), "Switches", number)
+        nodes = _expand(fields.get("nodes", ""), "Nodes", number, budget)
+        switches = _expand(fields.get("switches", ""), "Switches", number, budget - len(nodes))
+        budget -= len(nodes) + len(switches)
         if not nodes and not switches:
-            raise UsageError(f"topology line {number}: switch {name!r} is empty (no Nodes= and no Switches=)")
+            raise UsageError(f"topology line {number}: switch {_shown(name)} is empty (no Nodes= and no Switches=)")
         speed = _number(fields["linkspeed"], "LinkSpeed", number, float) if "linkspeed" in fields else 1.0
         level = int(_number(fields["level"], "Level", number, int)) if "level" in fields else None
         specs.append(SwitchSpec(name, nodes, switches, speed, level, number))

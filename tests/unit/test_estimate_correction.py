@@ -86,7 +86,7 @@ def test_output_is_clamped():
 
 
 @pytest.mark.parametrize("content, match", [
-    ("not json", "not JSON"), ("[]", "format"),
+    ("not json", "not valid JSON"), ("[]", "format"),
     (json.dumps({"format": corr.FORMAT, "version": 99, "features": list(corr.FEATURES)}), "retrain"),
     (json.dumps({"format": corr.FORMAT, "version": 1, "features": list(corr.FEATURES), "base": 0,
                  "scale": 1, "margin": 0, "trees": [{"feature": [0, 0, 0], "threshold": [0, 0, 0],

@@ -68,7 +68,7 @@ def test_baselines_from_the_command_line(capsys, placer):
     (["--gpus", "1", "--mode", "batch", "--time-budget", "0"], "needs --generations"),
     (["--gpus", "1", "--mode", "batch", "--placer", "slurm"], "batch mode is the grouping GA"),
     (["--gpus", "1", "--topology", str(FIXTURES / "nope.conf")], "cannot read topology file"),
-    (["--requests", str(FIXTURES / "small.conf")], "not JSON"),
+    (["--requests", str(FIXTURES / "small.conf")], "not valid JSON"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, message):
     assert main(["place", "--state", STATE, *argv]) == 2
@@ -94,7 +94,7 @@ def test_state_file_fields():
     ({"nodes": {}}, "no nodes"),
     ({"nodes": {"g1": {"gpus_free": 1}}}, "nodes.g1.gpus is missing"),
     ({"nodes": {"g1": {"gpus": 8, "gpus_free": 9}}}, "gpus_free=9 exceeds gpus=8"),
-    ({"nodes": {"g1": {"gpus": -1}}}, "nodes.g1.gpus must be an integer >= 0"),
+    ({"nodes": {"g1": {"gpus": -1}}}, "nodes.g1.gpus must be an integer in 0..1000000"),
     ({"nodes": {"g1": {"gpus": True}}}, "nodes.g1.gpus must be an integer"),
     ({"nodes": {"g1": {"gpus": 8, "gpu": 1}}}, "unknown field(s) gpu"),
     ({"nodes": {"g[1-": {"gpus": 8}}}, "bad node name expression"),
@@ -113,7 +113,7 @@ def test_request_file_fields():
 
 @pytest.mark.parametrize("data, message", [
     ({"job": "a"}, "expected a list"),
-    ([{"job": "a"}], "requests[0].gpus must be an integer >= 1"),
+    ([{"job": "a"}], "requests[0].gpus must be an integer in 1..1000000"),
     ([{"job": "a", "gpus": 0}], "requests[0].gpus must be"),
     ([{"gpus": 2}, {"gpus": 3, "gpus_per_node": 2}], "requests[1]: gpus=3 is not a multiple"),
     ([{"gpus": 2, "nodes": 1}], "unknown field(s) nodes"),
@@ -122,3 +122,29 @@ def test_request_file_fields():
 def test_bad_request_files_name_the_row(data, message):
     with pytest.raises(UsageError, match=re.escape(message)):
         requests_from_json(data)
+
+
+@pytest.mark.parametrize("which, content, message", [
+    ("state", b'{"nodes": {"gpu01": {"gpus": 8, "gpu_type": "h\xff100"}}}', "not UTF-8 text (byte 46 is 0xff)"),
+    ("requests", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("state", b'{"nodes": {"gpu01": {"gpus": ' + b"9" * 5000 + b"}}}", "JSON that cannot be read"),
+    ("state", b'{"nodes": {"gpu01": {"gpus": ' + b"9" * 400 + b"}}}", "must be an integer in 0..1000000"),
+    ("state", b'{"nodes": {"gpu[1-99999],cpu[1-99999]": {"gpus": 8}}}', "more than 100000 names"),
+    ("requests", b'[{"job": "a", "gpus": NaN}]', "requests[0].gpus must be an integer"),
+    ("requests", b'[{"job": ["a"], "gpus": 1}]', "requests[0].job must be a string"),
+    ("topology", b"SwitchName=s1 Nodes=gpu\xff01\n", "not UTF-8 text"),
+    ("topology", b"SwitchName=s1 Nodes=gpu01 LinkSpeed=nan\n", "LinkSpeed='nan' is not a number"),
+])
+def test_hostile_input_files_are_one_clear_line_and_exit_2(tmp_path, capsys, which, content, message):
+    """Non-UTF-8 and deeply nested input crashed `slurm-liquid place` with a traceback."""
+    files = {"state": STATE, "requests": REQUESTS, "topology": TOPO}
+    files[which] = str(tmp_path / which)
+    Path(files[which]).write_bytes(content)
+    code = main(["place", "--topology", files["topology"], "--state", files["state"], "--requests", files["requests"]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and message in err and len(err.splitlines()) == 1 and files[which] in err
+
+
+def test_gpus_beyond_any_cluster_are_refused(capsys):
+    assert main(["place", "--state", STATE, "--gpus", "9" * 400]) == 2
+    assert "--gpus must be positive and at most 1000000" in capsys.readouterr().err

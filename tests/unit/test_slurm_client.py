@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 import types
 import pytest
@@ -85,7 +87,7 @@ def test_unreadable_output_is_a_clear_error() -> None:
         def __call__(self, argv, *, timeout, stdin=None):
             return "squeue: error: slurm_load_jobs error: Unable to contact slurm controller"
 
-    with pytest.raises(SlurmError, match="`squeue --json` did not print JSON"):
+    with pytest.raises(SlurmError, match="output of `squeue --json`: not valid JSON"):
         CliBackend(Garbage("24.11")).jobs()
 
 
@@ -198,3 +200,83 @@ def test_recorded_admin_comment_goes_through_sacctmgr_as_one_argument() -> None:
     for bad in ("x" * 1025, "two\nlines"):
         with pytest.raises(SlurmError, match="one line of at most 1024"):
             CliBackend(runner).set_recorded_admin_comment(7, bad)
+
+
+# ------------------------------------------------------------------ what a real command prints
+
+def _fake_command(directory, name: str, body: bytes) -> None:
+    """An executable `name` in `directory` that prints `body` byte for byte."""
+    data = directory / f"{name}.out"
+    data.write_bytes(body)
+    script = directory / name
+    script.write_text(f"#!/bin/sh\nexec cat '{data}'\n")
+    script.chmod(0o755)
+
+
+def test_invalid_utf8_in_a_job_name_or_comment_is_replaced_not_fatal(tmp_path, monkeypatch) -> None:
+    """A byte like 0xff in a job's name or comment made the runner raise UnicodeDecodeError."""
+    from tests.unit.recorded import FIXTURES
+
+    doc = json.loads((FIXTURES / "24.11" / "squeue.json").read_text())
+    doc["jobs"][0]["name"] = "NAME"
+    doc["jobs"][1]["comment"] = "COMMENT"
+    body = json.dumps(doc).encode().replace(b"NAME", b"train\xff\xfe").replace(b"COMMENT", b"liquid:v1 \xc3(")
+    _fake_command(tmp_path, "squeue", body)
+    _fake_command(tmp_path, "scontrol", (FIXTURES / "24.11" / "version.txt").read_bytes())
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    jobs = CliBackend(LocalRunner()).jobs()
+    assert len(jobs) == len(doc["jobs"])
+    assert jobs[0].name == "train\ufffd\ufffd" and jobs[1].comment == "liquid:v1 \ufffd("
+    jobs[1].comment.encode("utf-8")  # safe to log, print, store and write back
+
+
+def test_a_script_on_stdin_reaches_the_command_byte_for_byte(tmp_path) -> None:
+    script = b"#!/bin/sh\necho caf\xe9\n"  # latin-1, read from disk with surrogateescape
+    echoed = LocalRunner()([sys.executable, "-c", "import sys; sys.stdout.buffer.write(sys.stdin.buffer.read())"],
+                           timeout=10, stdin=script.decode("utf-8", "surrogateescape"))
+    assert echoed == "#!/bin/sh\necho caf\ufffd\n"
+    big = "x" * (4 * 2 ** 20)  # larger than a pipe: written while the output is read
+    assert LocalRunner()(["cat"], timeout=20, stdin=big) == big
+
+
+def test_output_past_the_bound_is_refused_and_the_command_stopped() -> None:
+    with pytest.raises(SlurmCommandError, match="printed more than 100000 bytes"):
+        LocalRunner(max_output=100_000)([sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('x' * 65536)"],
+                                        timeout=20)
+
+
+def test_every_command_of_the_client_runs_with_a_timeout() -> None:
+    class Timed(RecordedRunner):
+        def __call__(self, argv, *, timeout, stdin=None):
+            assert 0 < timeout <= 5, (argv, timeout)
+            return super().__call__(argv, timeout=timeout, stdin=stdin)
+
+    runner = Timed("22.05")
+    client = CliBackend(runner, timeout_s=5)
+    client.version(), client.jobs(), client.jobs([1]), client.job(1), client.accounting(), client.nodes()
+    client.partitions(), client.topology(), client.batch_script(1), client.submit("#!/bin/sh\n")
+    client.hold(1), client.release(1), client.requeue_hold(1), client.cancel(1), client.signal(1, "USR1")
+    client.update_job(1, Comment="x"), client.resize(1, 2), client.set_comment(1, "x")
+    client.set_recorded_admin_comment(1, "x")
+    assert {c[0] for c in runner.calls} == {"scontrol", "squeue", "sacct", "sinfo", "sbatch", "scancel", "sacctmgr"}
+
+
+def test_skipped_entries_are_kept_for_the_caller() -> None:
+    class OneBadJob(RecordedRunner):
+        def __call__(self, argv, *, timeout, stdin=None):
+            out = super().__call__(argv, timeout=timeout, stdin=stdin)
+            if argv[:2] == ["squeue", "--json"]:
+                doc = json.loads(out)
+                doc["jobs"][0]["job_state"] = {"current": "RUNNING"}
+                out = json.dumps(doc)
+            return out
+
+    client = CliBackend(OneBadJob("24.11"))
+    assert len(client.jobs()) == len(CliBackend(RecordedRunner("24.11")).jobs()) - 1
+    assert len(client.skipped) == 1 and "not a string or a list" in client.skipped[0]
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("inf"), float("nan"), 1e9])
+def test_a_command_timeout_that_never_ends_is_refused(timeout) -> None:
+    with pytest.raises(SlurmError, match="timeout must be in"):
+        CliBackend(RecordedRunner("24.11"), timeout_s=timeout)

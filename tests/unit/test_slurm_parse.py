@@ -228,3 +228,170 @@ def test_a_requeued_job_is_one_record_of_its_latest_run_with_its_restarts(versio
     doc = dict(doc, jobs=[earlier, json.loads(json.dumps(earlier)), *doc["jobs"]])
     jobs = [j for j in parse.jobs_from_document(doc, "sacct") if j.job_id == completed["job_id"]]
     assert len(jobs) == 1 and jobs[0].state == "COMPLETED" and jobs[0].restarts == 2
+
+
+# ------------------------------------------------------------------ any input: skip the entry or SlurmError
+
+def _number(version: str, value):
+    """`value` as this version prints numbers: plain (22.05) or {set, infinite, number}."""
+    return value if version.startswith("22.") else {"set": True, "infinite": False, "number": value}
+
+
+def test_a_far_future_begin_time_stays_in_the_future(recorded: Recorded) -> None:
+    """--begin=uts99999999999999 made squeue's parser raise ValueError (year out of range) every pass."""
+    doc = recorded.doc("squeue.json")
+    waiting = recorded.roles["pending_resources"]
+    for raw in doc["jobs"]:
+        if raw["job_id"] == waiting:
+            raw["eligible_time"] = _number(recorded.dir.name, 99999999999999)
+            raw["submit_time"] = _number(recorded.dir.name, 99999999999999)
+    jobs = {j.job_id: j for j in parse.jobs_from_document(doc, "squeue")}
+    assert jobs[waiting].eligible_time == parse.FAR_FUTURE      # "not yet", never "no begin time"
+    assert jobs[waiting].submit_time is None                   # a past event that cannot be: unknown
+    assert len(jobs) == len(doc["jobs"])
+
+
+BREAKAGES = [
+    # (field, value, skipped?) -- what a user, a newer Slurm or a corrupted reply can put there
+    ("job_id", "x", True), ("job_id", -4, True), ("node_count", -3, True), ("cpus", 10 ** 400, True),
+    ("tres_req_str", "cpu=1,gres/gpu=" + "9" * 400, True), ("tres_alloc_str", "gres/gpu=" + "9" * 400, True),
+    ("nodes", "gpu[1-", True), ("nodes", "gpu[1-99999],cpu[1-99999]", True), ("job_state", 5, True),
+    ("name", {"a": 1}, True), ("tres_per_node", "gres/gpu:" + "9" * 30, True),
+    ("submit_time", float("nan"), False), ("start_time", float("inf"), False), ("start_time", -5, False),
+    ("priority", float("nan"), False), ("time_limit", 10 ** 400, False), ("restart_cnt", None, False),
+]
+
+
+def _break_one(recorded: Recorded, name: str, read, role: str, field: str, value):
+    """Read the recorded answer clean and with one field of the job of `role` set to `value`:
+    (clean, broken, reasons of what was skipped, the job id)."""
+    doc = recorded.doc(name)
+    clean = read(doc, [])
+    victim = recorded.roles[role]
+    for raw in doc["jobs"]:
+        if raw["job_id"] == victim:
+            raw[field] = value
+    reasons: list[str] = []
+    broken = read(doc, reasons)
+    assert [j for j in broken if j.job_id != victim] == [j for j in clean if j.job_id != victim]
+    return clean, broken, reasons, victim
+
+
+@pytest.mark.parametrize("field, value, skipped", BREAKAGES)
+def test_one_unreadable_job_never_hides_the_others(recorded: Recorded, field, value, skipped) -> None:
+    clean, jobs, reasons, _ = _break_one(recorded, "squeue.json", lambda doc, why: parse.jobs_from_document(
+        doc, "squeue", why), "running_multinode", field, value)
+    if skipped:
+        assert len(jobs) == len(clean) - 1 and len(reasons) == 1 and "skipped job" in reasons[0]
+    else:
+        assert len(jobs) == len(clean) and reasons == []
+
+
+@pytest.mark.parametrize("field, value", [("state", 7), ("tres", []), ("time", {"submission": 1e400}),
+                                          ("nodes", "gpu[9-1]"), ("allocation_nodes", -1), ("job_id", None)])
+def test_one_unreadable_accounting_record_never_hides_the_others(recorded: Recorded, field, value) -> None:
+    _, runs, reasons, victim = _break_one(recorded, "sacct.json", lambda doc, why: parse.runs_from_document(
+        doc, "sacct", why), "completed", field, value)
+    assert reasons or any(j.job_id == victim for j in runs)
+
+
+@pytest.mark.parametrize("field, value", [("name", ""), ("cpus", -8), ("gres", "gpu:h100:" + "9" * 30),
+                                          ("state", {"x": 1}), ("partitions", [["gpu"]]), ("real_memory", 2 ** 70)])
+def test_one_unreadable_node_never_hides_the_others(recorded: Recorded, field, value) -> None:
+    name = "scontrol_nodes.json" if (recorded.dir / "scontrol_nodes.json").exists() else "sinfo.json"
+    doc = recorded.doc(name)
+    doc["nodes"][0][field] = value
+    reasons: list[str] = []
+    nodes = parse.nodes_from_document(doc, name, reasons)
+    assert [n.name for n in nodes] == ["gpu02", "gpu03", "gpu04"] and len(reasons) == 1
+
+
+@pytest.mark.parametrize("entry", [None, 5, "job", [], [{"job_id": 1}]])
+def test_an_entry_that_is_no_object_is_skipped(entry) -> None:
+    reasons: list[str] = []
+    assert parse.jobs_from_document({"jobs": [entry]}, "squeue", reasons) == [] and "not an object" in reasons[0]
+
+
+_READERS = {"squeue": lambda doc: parse.jobs_from_document(doc, "squeue"),
+            "sacct": lambda doc: parse.jobs_from_document(doc, "sacct"),
+            "nodes": lambda doc: parse.nodes_from_document(doc, "sinfo")}
+
+
+@pytest.mark.parametrize("doc, readers", [
+    ([], "squeue sacct nodes"), (None, "squeue sacct nodes"), ("jobs", "squeue sacct nodes"), (5, "squeue sacct nodes"),
+    ({"errors": 7}, "squeue sacct nodes"), ({"errors": "boom", "jobs": []}, "squeue sacct nodes"),
+    ({"jobs": 5}, "squeue sacct"), ({"jobs": {"1": {}}}, "squeue sacct"), ({"nodes": "gpu01"}, "nodes"),
+])
+def test_a_document_that_is_no_slurm_answer_is_a_slurm_error(doc, readers: str) -> None:
+    for reader in readers.split():
+        with pytest.raises(SlurmError):
+            _READERS[reader](doc)
+
+
+@pytest.mark.parametrize("out, message", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"), ('{"jobs": [' + "9" * 5000 + "]}", "cannot be read"),
+    ("[]", "not an object"), ("", "not valid JSON"), ('{"jobs": []', "not valid JSON"),
+])
+def test_output_that_is_no_json_object_is_a_slurm_error(out: str, message: str) -> None:
+    with pytest.raises(SlurmError, match=message):
+        CliBackend(lambda argv, timeout, stdin=None: out).jobs()
+
+
+def test_numbers_that_are_not_finite_read_as_unset() -> None:
+    for value in (float("nan"), float("inf"), {"set": True, "infinite": False, "number": float("-inf")}, "9" * 400):
+        assert parse.num(value) is None and parse.integer(value, 7) == 7
+    assert parse.timestamp(float("nan")) is None and parse.timestamp(-5) is None
+    assert parse.timestamp(10 ** 400) is None and parse.timestamp(10 ** 400, beyond=parse.FAR_FUTURE) == parse.FAR_FUTURE
+
+
+def test_fields_the_placement_filters_read(recorded: Recorded) -> None:
+    """Partition, CPUs, memory per node, features of jobs; partitions, features, CPUs, memory of nodes."""
+    version = recorded.dir.name
+    doc = recorded.doc("squeue.json")
+    multi_id = recorded.roles["running_multinode"]
+    for raw in doc["jobs"]:
+        if raw["job_id"] == multi_id:
+            raw["features"] = "h100&ib"
+    jobs = {j.job_id: j for j in parse.jobs_from_document(doc, "squeue")}
+    multi = jobs[multi_id]
+    # 2 CPUs and 2,000 MiB (--mem-per-cpu 1000) on 2 nodes: 1 CPU and 1,000 MiB on each
+    assert (multi.partition, multi.cpus, multi.cpus_per_node, multi.mem_mib) == ("gpu", 2, 1, 1000)
+    assert multi.features == "h100&ib" and multi.gpu_type == "h100"
+    assert jobs[recorded.roles["other_user"]].mem_mib == 2048   # --mem 2G on one node
+    waiting = jobs[recorded.roles["pending_resources"]]
+    assert (waiting.num_nodes, waiting.cpus_per_node, waiting.mem_mib) == (3, 1, 1000)
+
+    sacct = recorded.doc("sacct.json")
+    for raw in sacct["jobs"]:
+        raw["constraints"] = "a100|h100"
+    runs = {j.job_id: j for j in parse.runs_from_document(sacct)}
+    assert runs[multi_id].features == "a100|h100" and runs[multi_id].mem_mib == 1000
+
+    name = "sinfo.json" if version.startswith("22.") else "scontrol_nodes.json"
+    nodes_doc = recorded.doc(name)
+    # 22.05's sinfo prints features as one comma-separated string, 24.11+ as lists
+    nodes_doc["nodes"][0]["active_features"] = "h100,ib" if version.startswith("22.") else ["h100", "ib"]
+    nodes_doc["nodes"][1]["features"] = "nvlink" if version.startswith("22.") else ["nvlink"]
+    nodes = {n.name: n for n in parse.nodes_from_document(nodes_doc, name)}
+    assert nodes["gpu01"].features == ("h100", "ib") and nodes["gpu02"].features == ("nvlink",)
+    assert nodes["gpu03"].features == ()
+    gpu03 = nodes["gpu03"]
+    assert (gpu03.partitions, gpu03.cpus, gpu03.mem_mib, gpu03.gpu_type, gpu03.available) == (("gpu",), 8, 16000,
+                                                                                              "h100", True)
+    assert gpu03.cpus_alloc >= 2 and gpu03.mem_alloc_mib >= 2048 and gpu03.state in {"MIXED", "ALLOCATED"}
+
+
+@pytest.mark.parametrize("text", ["", "   ", "slurm", "slurm ²³.1", "slurm x.y"])
+def test_a_version_that_is_no_version_is_a_slurm_error(text: str) -> None:
+    with pytest.raises(SlurmError, match="cannot read a Slurm version"):
+        SlurmVersion.parse(text)
+
+
+def test_partition_and_exit_code_lines_that_cannot_be_read_are_left_out(recorded: Recorded) -> None:
+    good = (recorded.dir / "partitions.txt").read_text().strip()
+    reasons: list[str] = []
+    lines = [good.replace("PartitionName=gpu", "PartitionName=bad").replace("MaxTime=UNLIMITED", "MaxTime=1:x"),
+             good, "Nodes=gpu[1-", good.replace("PartitionName=gpu", "PartitionName=huge") + " TRES=gres/gpu=" + "9" * 40]
+    parts = parse.partitions_from_text("\n".join(lines), skipped=reasons)
+    assert [p.name for p in parts] == ["gpu"] and len(reasons) == 3
+    assert parse.exit_codes_from_sacct_text("1|²:0\n2|3:0\n3|" + "9" * 5000 + ":0\n4|0:9") == {2: 3, 4: 137}
