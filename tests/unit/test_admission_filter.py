@@ -23,11 +23,11 @@ from slurm_liquid.record import Record
 
 SITE = Path(__file__).resolve().parents[2] / "containers" / "slurm" / "liquid-site.toml"
 SITE_NODES = 4          # `nodes` in the site file
-SMALL = "liquid: model=bert-large batch-size=32"                      # one whole H100
-FOUR = "liquid: model=bert-large batch-size=128"                      # one node's worth
-TWO_NODES = "liquid: model=llama-2-7b batch-size=8 seq-len=4096"      # two whole nodes
+SMALL = "liquid: model=bert-large batch-size=32 attention=eager"      # one whole H100
+FOUR = "liquid: model=bert-large batch-size=128 follows-allocation"   # one node's worth
+TWO_NODES = "liquid: model=llama-2-7b batch-size=8 seq-len=4096 follows-allocation"  # two whole nodes
 TINY = "liquid: model=resnet50 batch-size=64"                         # a share of one GPU
-TOO_WIDE = "liquid: model=llama-2-7b batch-size=64 seq-len=4096"      # fits, but on more nodes than exist
+TOO_WIDE = "liquid: model=llama-2-7b batch-size=64 seq-len=4096 follows-allocation"  # would need more nodes than exist
 NEVER = "liquid: model=llama-2-70b batch-size=512 seq-len=4096"       # fits nowhere
 
 
@@ -135,7 +135,7 @@ def test_advise_only_writes_the_comment(options: dict[str, str], option: str) ->
     record = record_of(answer)
     assert record.get("mode") == "advise" and "set" not in record.fields
     assert (record.get("est") or "").startswith(f"{d.gpus}x")
-    assert record.spec == "model=bert-large batch-size=128"
+    assert record.spec == "model=bert-large batch-size=128 follows-allocation=true"
 
 
 @pytest.mark.parametrize("options, option, value", [
@@ -200,17 +200,19 @@ def test_a_job_that_does_not_fit_is_never_adjusted(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["advise", "adjust"])
 def test_never_more_nodes_than_the_cluster_has(mode: str) -> None:
+    # the estimate never looks past the site: a job that would need more is one that does not fit,
+    # and the answer names what would make it fit instead of asking for nodes that do not exist
     d = decision(TOO_WIDE)
-    assert d.fits and d.nodes > SITE_NODES                    # precondition
+    assert not d.fits and d.nodes <= SITE_NODES
     answer = decide({"gres": "gpu:1", "comment": TOO_WIDE}, "", cfg(mode))
     assert set(answer.sets) == {"comment"}
-    assert "more nodes than the cluster has" in answer.says[0]
+    assert "does not fit" in answer.says[0] and "fits with:" in answer.says[0]
     assert "set" not in record_of(answer).fields
 
 
 @pytest.mark.parametrize("comment, script, field", [
     ("liquid: model=bert-large batch-size=-1", "", "batch-size"),
-    ("liquid: model=bert-large precision=fp8 batch-size=8", "", "precision"),
+    ("liquid: model=bert-large precision=fp7 batch-size=8", "", "precision"),
     ("", "#!/bin/sh\n#LIQUID model=resnet50 batch-size=8\n#LIQUID image-size=3\n", "image-size"),
 ])
 def test_a_malformed_spec_is_said_once_and_the_job_goes_as_asked(comment, script, field) -> None:
@@ -268,7 +270,7 @@ def _run(tmp_path: Path, capsys, options: str | None, config_text: str) -> list[
 
 def test_run_answers_with_instructions(tmp_path, capsys) -> None:
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:1\n#LIQUID model=bert-large batch-size=128\n")
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:1\n#LIQUID model=bert-large batch-size=128 follows-allocation\n")
     out = _run(tmp_path, capsys, f"script={script}\ngres=gpu:h100:1\nnodes=1-0\n",
                f'[submit]\nmode = "adjust"\n[estimate]\nsite = "{SITE}"\n')
     assert out[0].startswith("say slurm-liquid: adjusted gpu:h100:1 -> --gres=gpu:h100:")
