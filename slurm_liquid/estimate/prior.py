@@ -390,6 +390,11 @@ def breakdown(entry: ModelEntry, spec: JobSpec, gpus: int = 1, sharding: str | N
     kv_cache = kv_cache_bytes(entry, spec, mb, lay)
     # peak = master states + max(copies + activations + backward temporaries, step temporaries)
     temporaries = max(BACKWARD_TEMP * acts, step_temp - acts - copies)
+    if lay.quant and entry.is_transformer:
+        # bitsandbytes dequantizes a quantized weight to 16 bits for each matmul over many tokens:
+        # the largest one (LM head or MLP matrix) exists once more, transiently
+        largest = max((entry.vocab or 0) * entry.hidden, (entry.ffn or 4 * entry.hidden) * entry.hidden)
+        temporaries += 2.0 * largest / lay.tp
     tensors = weights + grads + states + acts + kv_cache + temporaries
     return Breakdown(weights=weights, gradients=grads, optimizer=states, activations=acts + kv_cache,
                      temporaries=temporaries, context=context_mib * MIB, slack=ALLOCATOR_SLACK * tensors,
