@@ -124,7 +124,8 @@ def entries() -> list[dict]:
         out.append(dict(name=name, family="decoder", params=int(params), aliases=[hub, *aliases],
                         builder="hf:AutoConfig/AutoModelForCausalLM", seq_len=seq, layers=layers,
                         hidden=hidden, heads=heads, ffn=ffn, vocab=vocab, tied=tied, lm_head=True,
-                        attention="sdpa", dropout=name.startswith("opt"), source=HF.format(hub)))
+                        attention="sdpa", dropout=name.startswith("opt"), shared_norm=name.startswith("phi"),
+                        source=HF.format(hub)))
     for name, hub, layers, hidden, heads, ffn, vocab, attention, aliases in ENCODERS:
         params = transformer_params(layers, hidden, heads, heads, hidden / heads, ffn, vocab, False,
                                     lm_head=False, positions=512)

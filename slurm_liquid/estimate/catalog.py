@@ -51,6 +51,7 @@ class ModelEntry:
     shared_ffn: float = 0             # an always-on shared expert's intermediate size (Qwen-MoE)
     tied: bool = True                 # input embedding shared with the LM head
     dropout: bool | None = None       # trains with dropout (None: not for gated-MLP LLMs)
+    shared_norm: bool = False         # parallel attention + MLP on one layer norm's output (Phi)
     patch_size: int = 0               # ViT patch side (shape-driven vision transformers)
     stages: tuple[tuple[int, float, float], ...] = ()   # Swin: (depth, dim, heads) per stage
     window: int = 0                   # Swin: window side (attention within windows)

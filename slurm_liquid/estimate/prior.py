@@ -207,7 +207,8 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
             parallel += heads * score_len * (2 * wide + 1 if dropout else wide)
     else:
         parallel += heads * 4.0                     # the kernel's log-sum-exp per query and head
-    replicated = 2 * h * lin + 2 * h * (wide + 4.0 if lay.mixed and lay.compute != "fp8" else wide)
+    blocks = 1 if entry.shared_norm else 2          # Phi: attention and MLP read one norm's output
+    replicated = blocks * h * lin + blocks * h * (wide + 4.0 if lay.mixed and lay.compute != "fp8" else wide)
     if dropout:
         replicated += 2 * h                         # 1-byte dropout masks
     if lay.adapter:                                 # LoRA dropout's copy of each target's input + mask

@@ -298,3 +298,34 @@ def test_run_reports_internal_errors_without_failing(tmp_path, capsys, monkeypat
     monkeypatch.setattr("slurm_liquid.admission.filter.decide", broken)
     out = _run(tmp_path, capsys, "gres=gpu:1\n", "")
     assert out == ["say slurm-liquid: internal error (RuntimeError: boom); the job is submitted as asked", "end"]
+
+
+def test_adjust_only_resizes_jobs_that_follow_the_allocation() -> None:
+    # without follows-allocation the launcher may not follow a new GPU count (a GPU fewer breaks
+    # `torchrun --nproc_per_node 2`): adjust mode advises instead
+    comment = "liquid: model=bert-large batch-size=128"
+    assert decision(comment).gpus > 1                          # precondition: worth changing
+    answer = decide({"gres": "gpu:h100:1", "comment": comment}, "", cfg("adjust"))
+    assert set(answer.sets) == {"comment"} and "set" not in record_of(answer).fields
+    (say,) = answer.says
+    assert "advice: --gres=gpu:h100:" in say and "slurm-liquid: adjusted" not in say
+
+
+@pytest.mark.parametrize("spec_text, asked, gpus, shards, ok", [
+    ("batch-size=128 follows-allocation", Asked("gres", 1), 4, 0, True),
+    ("batch-size=128", Asked("gres", 1), 4, 0, False),                        # launcher may not follow
+    ("micro-batch=32 follows-allocation", Asked("gres", 2), 1, 0, False),     # fixed per-GPU batch
+    ("micro-batch=32", Asked("gres", 1), 1, 3, True),                         # one GPU -> a share of it
+    ("micro-batch=32", Asked("gres", 2), 2, 0, True),                         # unchanged count
+])
+def test_resizable(spec_text, asked, gpus, shards, ok) -> None:
+    from slurm_liquid.admission.filter import resizable
+
+    assert resizable(parse_comment("liquid: " + spec_text), asked, gpus, shards) is ok
+
+
+def test_adjust_resizes_a_job_that_follows_the_allocation() -> None:
+    d = decision(FOUR)
+    assert d.fits and d.gpus > 1                                # precondition
+    answer = decide({"gres": "gpu:h100:1", "comment": FOUR}, "", cfg("adjust"))
+    assert answer.sets["gres"] == f"gpu:h100:{d.gpus_per_node}" and "adjusted" in answer.says[0]
