@@ -23,6 +23,7 @@ from slurm_liquid.estimate.prior import MIB, Breakdown
 from slurm_liquid.jobspec import JobSpec
 
 Need = Callable[[JobSpec, int, str], Breakdown]
+TOGETHER = "all of these together"
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ def advise(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gpus
     """Options that make the job fit, cheapest first (at most `limit`)."""
     out: list[Option] = []
     for option in _options(entry, spec, gpu, table, gpus, micro, need):
+        if option.why == TOGETHER and out:
+            break                      # one change is enough: no need to stack them all
         if option.change not in {o.change for o in out}:
             out.append(option)
         if len(out) >= limit:
@@ -150,7 +153,7 @@ def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gp
     names = ["micro-batch=1", f"grad-accum={micro * accum}", *(f"{k}={str(v).lower()}" for k, v in cheap.items())]
     if training and not spec.adapter:
         names += ["sharding=fsdp", "offload=optimizer"]
-    option = sized(" ".join(names) + (f" gpus={wide}" if wide != gpus else ""), "all of these together",
+    option = sized(" ".join(names) + (f" gpus={wide}" if wide != gpus else ""), TOGETHER,
                    together, n=max(wide, parallel), shard=together.sharding)
     if option:
         yield option
