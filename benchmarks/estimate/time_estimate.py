@@ -13,6 +13,7 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,7 +42,7 @@ def main() -> int:
     compileall.compile_dir(str(ROOT / "slurm_liquid"), quiet=1)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     lines = [f"Load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {runs} runs each.", "",
-             "| job | wall median s | wall p90 s |", "|---|---:|---:|"]
+             "| job | wall median s | wall p90 s | CPU (user+sys) median s |", "|---|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.json"
         config.write_text(json.dumps(CONFIG))
@@ -50,13 +51,17 @@ def main() -> int:
             argv = floor if args is None else [sys.executable, "-m", "slurm_liquid.estimate", "--json",
                                                "--correction", "none",
                                                *(a.format(config=config) for a in args)]
-            wall = []
+            wall, cpu = [], []
             for _ in range(runs):
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 start = time.perf_counter()
                 subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
                 wall.append(time.perf_counter() - start)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
             wall.sort()
-            lines.append(f"| {label} | {statistics.median(wall):.3f} | {wall[int(0.9 * (len(wall) - 1))]:.3f} |")
+            lines.append(f"| {label} | {statistics.median(wall):.3f} | {wall[int(0.9 * (len(wall) - 1))]:.3f} "
+                         f"| {statistics.median(cpu):.3f} |")
     print("\n".join(lines))
     return 0
 
