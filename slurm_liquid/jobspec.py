@@ -159,6 +159,12 @@ PRECISIONS = {
     "amp": "amp", "mixed": "amp", "autocast": "amp",
     "bf16": "bf16", "bfloat16": "bf16", "bf16-mixed": "bf16",
     "bf16-pure": "bf16-pure", "bf16-true": "bf16-pure", "pure-bf16": "bf16-pure",
+    # FP8 matmuls (Transformer Engine / torchao): bf16 master path, 8-bit matmul inputs saved
+    "fp8": "fp8", "float8": "fp8", "fp8-mixed": "fp8", "te-fp8": "fp8", "e4m3": "fp8",
+    # quantized frozen base weights (bitsandbytes / GPTQ / AWQ), 16-bit compute: inference or adapters
+    "int8": "int8", "8bit": "int8", "8-bit": "int8", "llm-int8": "int8", "load-in-8bit": "int8",
+    "int4": "int4", "4bit": "int4", "4-bit": "int4", "nf4": "int4", "fp4": "int4", "gptq": "int4",
+    "awq": "int4", "bnb-4bit": "int4", "load-in-4bit": "int4",
 }
 OPTIMIZERS = {
     "adam": "adam", "adamw": "adamw", "adamw-torch": "adamw", "adamw-hf": "adamw",
@@ -171,14 +177,37 @@ OPTIMIZERS = {
 SHARDINGS = {
     "none": "none", "no": "none", "ddp": "none", "zero0": "none", "0": "none",
     "zero1": "zero1", "1": "zero1", "zero2": "zero2", "2": "zero2", "shard-grad-op": "zero2",
-    "zero3": "zero3", "3": "zero3", "fsdp": "fsdp", "full-shard": "fsdp",
+    "zero3": "zero3", "3": "zero3", "fsdp": "fsdp", "full-shard": "fsdp", "fsdp2": "fsdp",
+    "hybrid-shard": "fsdp",
 }
+ATTENTIONS = {
+    "eager": "eager", "math": "eager", "vanilla": "eager", "manual": "eager",
+    "sdpa": "sdpa", "torch-sdpa": "sdpa", "mem-efficient": "sdpa", "efficient": "sdpa", "xformers": "sdpa",
+    "flash": "flash", "flash-attention": "flash", "flash-attention-2": "flash", "flash-attn": "flash",
+    "flash-attention-3": "flash", "fa2": "flash", "fa3": "flash", "flash2": "flash", "flex": "flash",
+}
+ADAPTERS = {"none": "none", "no": "none", "full": "none", "lora": "lora", "peft": "lora", "dora": "lora",
+            "qlora": "qlora", "q-lora": "qlora"}
+OFFLOADS = {"none": "none", "no": "none", "false": "none", "optimizer": "optimizer", "cpu": "optimizer",
+            "optimizer-states": "optimizer", "params": "params", "parameters": "params", "param": "params",
+            "all": "params", "full": "params"}
+MODES = {"train": "train", "training": "train", "finetune": "train", "fine-tune": "train",
+         "pretrain": "train", "inference": "inference", "infer": "inference", "serve": "inference",
+         "serving": "inference", "generate": "inference", "generation": "inference", "eval": "inference"}
 FAMILIES = {
     "cnn": "cnn", "vit": "vit", "encoder": "encoder", "bert": "encoder", "decoder": "decoder",
     "gpt": "decoder", "llm": "decoder", "seq2seq": "seq2seq", "encoder-decoder": "seq2seq",
     "rnn": "rnn", "speech": "rnn", "recsys": "recsys", "recommendation": "recsys",
     "detection": "detection",
 }
+
+
+def _path(text: str) -> str:
+    """A local file path (read by the estimator, never fetched): one line, at most 4096 characters."""
+    value = str(text).strip()
+    if not value or len(value) > 4096 or "\n" in value or "\0" in value:
+        raise ValueError(f"{text!r} must be a file path on one line (at most 4096 characters)")
+    return value
 
 
 @dataclass(frozen=True)
@@ -194,14 +223,39 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("params", _ranged(1e3, 1e13), "parameter count when the model is not in the catalog (7B, 125M)"),
     Key("family", _choice(FAMILIES), "architecture family for an uncatalogued model: "
         + ", ".join(sorted(set(FAMILIES.values())))),
+    Key("hf-config", _path, "a Hugging Face config.json on this machine: the model's shape (read locally)"),
+    Key("layers", _ranged(1, 10_000), "shape: transformer layers (encoder + decoder for seq2seq)"),
+    Key("hidden", _ranged(8, 1_000_000), "shape: hidden size (d_model)"),
+    Key("heads", _ranged(1, 10_000), "shape: attention heads"),
+    Key("kv-heads", _ranged(1, 10_000), "shape: key/value heads (grouped-query attention; default = heads)"),
+    Key("head-dim", _ranged(1, 100_000), "shape: size of one attention head (default hidden / heads)"),
+    Key("intermediate", _ranged(8, 10_000_000), "shape: MLP intermediate size (ffn, d_ff)"),
+    Key("vocab", _ranged(1, 100_000_000), "shape: vocabulary size"),
+    Key("experts", _ranged(1, 100_000), "shape: MLP experts per layer (mixture of experts)"),
+    Key("top-k", _ranged(1, 1_000), "shape: experts each token is routed to"),
+    Key("patch-size", _ranged(1, 4096), "shape: ViT patch side in pixels"),
     Key("batch-size", _ranged(1, 1_000_000), "global batch size per optimizer step (all GPUs)"),
+    Key("micro-batch", _ranged(1, 1_000_000), "per-GPU batch of one forward/backward, as the script "
+        "fixes it (alias per-gpu-batch); global batch = micro-batch x data-parallel GPUs x grad-accum"),
     Key("grad-accum", _ranged(1, 100_000), "gradient accumulation steps (micro-batch = batch/gpus/accum)"),
     Key("seq-len", _ranged(1, 10_000_000), "sequence length in tokens (or audio frames)"),
     Key("image-size", _image_size, "input image side in pixels (224 or 512x384)"),
-    Key("precision", _choice(PRECISIONS), "fp32, fp16/amp (mixed), bf16 (mixed), bf16-pure"),
+    Key("precision", _choice(PRECISIONS), "fp32, fp16/amp (mixed), bf16 (mixed), bf16-pure, fp8; "
+        "int8/int4: quantized frozen base weights (with mode=inference or an adapter)"),
     Key("optimizer", _choice(OPTIMIZERS), "adam, adamw, sgd, sgd-momentum, adafactor, adam8bit, lamb, lion, ..."),
     Key("sharding", _choice(SHARDINGS), "none, zero1, zero2, zero3, fsdp"),
     Key("checkpointing", _bool, "activation (gradient) checkpointing", is_flag=True),
+    Key("attention", _choice(ATTENTIONS), "attention kernel: eager (scores saved), sdpa, flash"),
+    Key("adapter", _choice(ADAPTERS), "lora or qlora (4-bit base): frozen base weights, trained adapters"),
+    Key("rank", _ranged(1, 65_536), "adapter rank (LoRA r; default 16)"),
+    Key("tp", _ranged(1, 4096), "tensor-parallel degree"),
+    Key("pp", _ranged(1, 4096), "pipeline-parallel degree"),
+    Key("sp", _ranged(1, 4096), "sequence/context-parallel degree (sp=tp: Megatron sequence parallelism "
+        "on the tensor-parallel GPUs)"),
+    Key("offload", _choice(OFFLOADS), "none, optimizer (states + fp32 master on the CPU), params (weights too)"),
+    Key("mode", _choice(MODES), "train (default) or inference (weights + KV cache, no gradients)"),
+    Key("follows-allocation", _bool, "the launcher starts one process per allocated GPU and splits the "
+        "global batch over them: only then may adjust mode change the GPU count", is_flag=True),
     Key("epochs", _ranged(1, 1_000_000), "training epochs"),
     Key("steps", _ranged(1, 1e12), "training steps"),
     Key("dataset-size", _ranged(1, 1e13), "samples in the training set (1.2M)"),
@@ -215,6 +269,13 @@ KEYS: dict[str, Key] = {k.name: k for k in (
 )}
 
 
+# other spellings of a key (one meaning, one field)
+KEY_ALIASES = {"per-gpu-batch": "micro-batch", "micro-batch-size": "micro-batch", "lora-rank": "rank",
+               "lora-r": "rank", "num-key-value-heads": "kv-heads",
+               "intermediate-size": "intermediate", "ffn": "intermediate", "num-experts": "experts",
+               "experts-per-token": "top-k", "config-json": "hf-config"}
+
+
 def _attr(key: str) -> str:
     return key.replace("-", "_")
 
@@ -226,7 +287,19 @@ class JobSpec:
     model: str | None = None
     params: int | None = None
     family: str | None = None
+    hf_config: str | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    intermediate: int | None = None
+    vocab: int | None = None
+    experts: int | None = None
+    top_k: int | None = None
+    patch_size: int | None = None
     batch_size: int | None = None
+    micro_batch: int | None = None
     grad_accum: int | None = None
     seq_len: int | None = None
     image_size: int | None = None
@@ -234,6 +307,15 @@ class JobSpec:
     optimizer: str | None = None
     sharding: str | None = None
     checkpointing: bool | None = None
+    attention: str | None = None
+    adapter: str | None = None
+    rank: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    sp: int | None = None
+    offload: str | None = None
+    mode: str | None = None
+    follows_allocation: bool | None = None
     epochs: int | None = None
     steps: int | None = None
     dataset_size: int | None = None
@@ -313,6 +395,7 @@ class JobSpec:
 
 def canonical_key(raw: str, source: str = "directive") -> str:
     key = _norm_word(raw).lstrip("-")
+    key = KEY_ALIASES.get(key, key)
     if key not in KEYS:
         import difflib
 
@@ -415,8 +498,23 @@ def parse_directives(text: str) -> JobSpec:
 TRAINING_FLAGS: dict[str, str] = {
     **dict.fromkeys(["model", "arch", "a", "model-name", "model-type", "network", "net",
                      "model-name-or-path", "pretrained-model-name-or-path", "backbone"], "model"),
-    **dict.fromkeys(["batch-size", "bs", "b", "batch", "train-batch-size", "global-batch-size",
-                     "per-device-train-batch-size", "micro-batch-size"], "batch-size"),
+    # the per-process batch: HF per_device_train_batch_size, Megatron/DeepSpeed micro-batch, and the
+    # --batch-size/-b of torchvision's references, timm, nanoGPT and Lightning scripts (per GPU)
+    **dict.fromkeys(["batch-size", "bs", "b", "batch", "per-device-train-batch-size",
+                     "per-gpu-train-batch-size", "micro-batch-size", "micro-batch",
+                     "train-micro-batch-size-per-gpu", "batch-size-per-gpu", "per-gpu-batch-size",
+                     "batch-size-per-device"], "micro-batch"),
+    # the global batch per optimizer step (Megatron --global-batch-size, DeepSpeed train_batch_size)
+    **dict.fromkeys(["global-batch-size", "train-batch-size", "total-batch-size",
+                     "effective-batch-size"], "batch-size"),
+    **dict.fromkeys(["tensor-model-parallel-size", "tensor-parallel-size", "tp-size", "tp"], "tp"),
+    **dict.fromkeys(["pipeline-model-parallel-size", "pipeline-parallel-size", "pp-size", "pp"], "pp"),
+    **dict.fromkeys(["context-parallel-size", "sequence-parallel-size", "ulysses-degree",
+                     "sp-size"], "sp"),
+    **dict.fromkeys(["attn-implementation", "attn-impl", "attention-implementation",
+                     "attention-backend"], "attention"),
+    **dict.fromkeys(["lora-r", "lora-rank", "lora-dim"], "rank"),
+    **dict.fromkeys(["peft", "adapter", "finetuning-type", "peft-type"], "adapter"),
     **dict.fromkeys(["seq-len", "seq-length", "max-seq-length", "max-seq-len", "block-size",
                      "sequence-length", "max-length", "context-length", "max-source-length"], "seq-len"),
     **dict.fromkeys(["image-size", "img-size", "input-size", "resolution", "crop-size",
@@ -435,7 +533,14 @@ TRAINING_FLAGS: dict[str, str] = {
 # bare boolean training flags that set a value
 _BARE_FLAGS = {"fp16": ("precision", "fp16"), "bf16": ("precision", "bf16"),
                "amp": ("precision", "amp"), "half": ("precision", "fp16"),
-               "fsdp": ("sharding", "fsdp")}
+               "fsdp": ("sharding", "fsdp"), "fp8": ("precision", "fp8"),
+               "use-peft": ("adapter", "lora"), "use-lora": ("adapter", "lora"), "lora": ("adapter", "lora"),
+               "qlora": ("adapter", "qlora"), "use-qlora": ("adapter", "qlora"),
+               "load-in-4bit": ("precision", "int4"), "load-in-8bit": ("precision", "int8"),
+               "use-flash-attn": ("attention", "flash"), "flash-attn": ("attention", "flash"),
+               "use-flash-attention-2": ("attention", "flash"), "flash-attention": ("attention", "flash"),
+               "use-flash-attention": ("attention", "flash"), "sdpa": ("attention", "sdpa"),
+               "offload-optimizer": ("offload", "optimizer"), "cpu-offload": ("offload", "params")}
 _LAUNCHERS = re.compile(r"(^|/)(python[0-9.]*|torchrun|deepspeed|accelerate|horovodrun|"
                         r"mpirun|srun|lightning|composer)$")
 

@@ -185,6 +185,10 @@ def decide(options: Mapping[str, str], script: str, config: Config) -> Answer:
                            f"{'the cluster has' if est.table_nodes else 'asked'}; the job is submitted as asked")
     elif same:
         answer.says.append(f"slurm-liquid: {asked.describe()} is right for this job ({est.explanation()})")
+    elif mode == "adjust" and not resizable(spec, asked, d.gpus, d.shards):
+        answer.says.append(f"slurm-liquid: advice: {proposal} instead of {asked.describe()}: {est.explanation()}; "
+                           "not adjusted: the script fixes its per-GPU batch or its launcher's process count "
+                           "(add #LIQUID follows-allocation with the global batch-size to let it be resized)")
     elif mode == "adjust":
         answer.sets.update(want)
         if not any(options.get(k) for k in ("mem", "mem-per-gpu", "mem-per-cpu")):
@@ -197,6 +201,18 @@ def decide(options: Mapping[str, str], script: str, config: Config) -> Answer:
         answer.says.append(f"slurm-liquid: advice: {proposal} instead of {asked.describe()}: {est.explanation()}")
     answer.sets["comment"] = record.render()
     return answer
+
+
+def resizable(spec: JobSpec, asked: Asked, gpus: int, shards: int) -> bool:
+    """May adjust mode change this job's GPU count? Only when the spec says the global batch is fixed
+    (batch-size, no micro-batch) and the launcher follows the allocation (follows-allocation): a
+    script that fixes its per-GPU batch gains no memory from more GPUs, and `torchrun
+    --nproc_per_node 2` breaks on one. A one-GPU job moved to a share of a GPU keeps its process."""
+    if shards and asked.total <= 1:
+        return True
+    if asked.total == gpus and not shards:
+        return True
+    return bool(spec.follows_allocation and spec.batch_size and not spec.micro_batch)
 
 
 def read_script(path: str | None) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -10,7 +11,7 @@ from typing import Any
 from slurm_liquid.estimate.catalog import ModelEntry, load_catalog
 from slurm_liquid.estimate.decide import BUSY_UTIL, Decision, decide
 from slurm_liquid.estimate.gpus import GpuType, load_gpu_table
-from slurm_liquid.estimate.prior import MIB, Breakdown, breakdown, resolve_entry
+from slurm_liquid.estimate.prior import MIB, Breakdown, breakdown, resolve
 from slurm_liquid.errors import UsageError
 from slurm_liquid.jobspec import JobSpec
 
@@ -27,6 +28,8 @@ class Estimate:
     decision: Decision
     correction_meta: dict[str, Any]
     table_nodes: int = 0         # GPU nodes of the cluster per the site file (0 = unknown)
+    advice: tuple = ()           # advise.Option: what would make a job that does not fit fit
+    notes: tuple[str, ...] = ()  # how the model was found (generic name, config.json)
 
     @property
     def gpu_mem_mib(self) -> int:
@@ -39,7 +42,9 @@ class Estimate:
         if self.factor != 1.0:
             why += f" (analytic {int(self.prior.total / MIB)} MiB x learned {self.factor:.2f})"
         if not d.fits:
-            return why + f"; does not fit {d.gpus} x {self.gpu.name} ({d.card_mib} MiB) even sharded"
+            fixes = "; ".join(o.describe() for o in self.advice[:4])
+            return why + (f"; does not fit {d.gpus} x {self.gpu.name} ({d.card_mib} MiB) as written; "
+                          + (f"fits with: {fixes}" if fixes else "nothing this site has fits it"))
         if d.shards:
             return why + f"; fits {d.shards}/{d.shards_per_gpu} of one {self.gpu.name} ({d.card_mib} MiB): shared GPU"
         shard = f", sharded with {d.sharding}" if d.sharding != "none" else ""
@@ -66,7 +71,9 @@ class Estimate:
             "correction_factor": round(self.factor, 3),
             "correction": self.correction_meta.get("method", "none"),
             "asked_gpus": self.spec.gpus, "explanation": self.explanation(),
-            "notes": [*self.spec.notes, *self.decision.notes],
+            "mode": self.spec.mode or "train", "kv_cache_mib": int(math.ceil(d.per_gpu.kv_cache / MIB)),
+            "advice": [o.to_json() for o in self.advice],
+            "notes": [*self.spec.notes, *self.notes, *self.decision.notes],
         }
 
 
@@ -104,20 +111,28 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
     site = site or os.environ.get(SITE_ENV) or None
     catalog = load_catalog(site)
     table = load_gpu_table(site)
-    if not spec.batch_size:
-        raise UsageError("batch-size: needed (global batch per optimizer step)")
-    entry = resolve_entry(spec, catalog)
+    if not spec.batch_size and not spec.micro_batch:
+        raise UsageError("batch-size: needed (global batch per optimizer step), or micro-batch "
+                         "(per-GPU batch, as the script fixes it)")
+    entry, notes = resolve(spec, catalog)
     gpu = table.lookup(gpu_type or spec.gpu_type or table.default)
     path = correction_path(correction)
     fitted = _load_correction(path) if path else None
     context = table.context_mib
 
-    def need(n: int, sharding: str) -> Breakdown:
-        prior = breakdown(entry, spec, n, sharding, context)
-        return prior.scaled(fitted.factor(entry, spec, prior)) if fitted else prior
+    def need_for(job: JobSpec, n: int, sharding: str) -> Breakdown:
+        prior = breakdown(entry, job, n, sharding, context)
+        return prior.scaled(fitted.factor(entry, job, prior)) if fitted else prior
 
     measured = fitted.sharing.get(entry.name) if fitted else None
-    decision = decide(entry, spec, gpu, table, need, measured, busy_util)
+    decision = decide(entry, spec, gpu, table, lambda n, sharding: need_for(spec, n, sharding), measured,
+                      busy_util)
     prior = breakdown(entry, spec, decision.gpus, decision.sharding, context)
     factor = fitted.factor(entry, spec, prior) if fitted else 1.0
-    return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {}, table.nodes)
+    advice: tuple = ()
+    if not decision.fits:
+        from slurm_liquid.estimate.advise import advise
+
+        advice = tuple(advise(entry, spec, gpu, table, decision.gpus, decision.per_gpu.micro_batch, need_for))
+    return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {}, table.nodes,
+                    advice, tuple(notes))

@@ -21,7 +21,7 @@ DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 FAMILIES = ("cnn", "vit", "detection", "encoder", "decoder", "seq2seq", "rnn", "recsys")
 TRANSFORMER_FAMILIES = ("encoder", "decoder", "seq2seq")
 # suffixes that name a checkpoint flavour, not a different architecture
-_FLAVOURS = ("uncased", "cased", "hf", "chathf", "chat", "instruct", "v01", "v02", "v03",
+_FLAVOURS = ("uncased", "cased", "hf", "chathf", "chat", "instruct", "it", "v0p1", "v0p2", "v0p3",
              "pretrained", "torchvision", "imagenet", "base")
 
 
@@ -42,7 +42,20 @@ class ModelEntry:
     ffn: float = 0
     vocab: int = 0
     gated_mlp: bool = False           # SwiGLU-style MLP (llama, mistral, t5 v1.1)
-    flash: bool = False               # attention without the s^2 score matrix saved
+    flash: bool = False               # attention without the s^2 score matrix saved (older entries)
+    attention: str = ""               # default kernel of the usual implementation: eager|sdpa|flash
+    kv_heads: float = 0               # grouped-query attention (0 = heads)
+    head_dim: float = 0               # 0 = hidden / heads
+    experts: int = 1                  # mixture of experts: MLP experts per layer ...
+    top_k: int = 1                    # ... and experts per token
+    shared_ffn: float = 0             # an always-on shared expert's intermediate size (Qwen-MoE)
+    tied: bool = True                 # input embedding shared with the LM head
+    dropout: bool | None = None       # trains with dropout (None: not for gated-MLP LLMs)
+    shared_norm: bool = False         # parallel attention + MLP on one layer norm's output (Phi)
+    patch_size: int = 0               # ViT patch side (shape-driven vision transformers)
+    stages: tuple[tuple[int, float, float], ...] = ()   # Swin: (depth, dim, heads) per stage
+    window: int = 0                   # Swin: window side (attention within windows)
+    source: str = ""                  # where the shape comes from (config.json URL)
     lm_head: bool = False             # full-vocabulary logits in the loss
     act_scale: float = 1.0            # activations relative to the standard layer formula
     gflops: float = 0.0               # forward GFLOPs per sample at image_size (scaling model)
@@ -51,7 +64,18 @@ class ModelEntry:
 
     @property
     def is_transformer(self) -> bool:
-        return self.family in TRANSFORMER_FAMILIES
+        """Activations from the layer formula (language models, and vision transformers given by
+        shape rather than a measured coefficient)."""
+        return self.family in TRANSFORMER_FAMILIES or (self.family == "vit" and not self.act_bytes
+                                                       and bool(self.layers and self.hidden))
+
+    @property
+    def default_attention(self) -> str:
+        return self.attention or ("flash" if self.flash else "eager")
+
+    @property
+    def trains_with_dropout(self) -> bool:
+        return (not self.gated_mlp) if self.dropout is None else self.dropout
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str) -> "ModelEntry":
@@ -70,13 +94,14 @@ class ModelEntry:
             if not isinstance(values.get("hf_config", {}), Mapping):
                 raise ValueError("hf_config must be an object")
             values["hf_config"] = tuple(sorted(dict(values.get("hf_config", {})).items()))
+            values["stages"] = tuple(tuple(stage) for stage in values.get("stages", ()))
             params = values["params"]
             if isinstance(params, str):
                 params = float(params)
             values["params"] = _checked("params", params, "float")
             values["params"] = int(values["params"])
             for f in fields(cls):
-                if f.name in values and f.name not in ("params", "hf_config"):
+                if f.name in values and f.name not in ("params", "hf_config", "stages"):
                     values[f.name] = _checked(f.name, values[f.name], f.type)
                     # a size whose default is positive (image_size, seq_len) divides estimates
                     if isinstance(f.default, (int, float)) and not isinstance(f.default, bool) and f.default > 0 \
@@ -119,6 +144,7 @@ def _shown(value: Any) -> str:
 def name_key(name: str) -> str:
     """`ResNet-50`, `resnet_50` and `resnet50` -> `resnet50`; drops a hub prefix."""
     base = name.strip().rsplit("/", 1)[-1].lower()
+    base = re.sub(r"(?<=\d)\.(?=\d)", "p", base)   # opt-1.3b is not opt-13b
     return re.sub(r"[^a-z0-9]", "", base)
 
 
@@ -160,10 +186,24 @@ def _data(name: str) -> Any:
         return json.load(handle)
 
 
+@lru_cache(maxsize=1)
+def _generic_names() -> tuple[tuple[str, str], ...]:
+    return tuple((name_key(k), v) for k, v in _data("models.json").get("generic", {}).items())
+
+
 @dataclass
 class Catalog:
     entries: dict[str, ModelEntry] = field(default_factory=dict)
     index: dict[str, str] = field(default_factory=dict)
+    # generic family name -> its base member (shipped data; site entries of that name win)
+    generic: dict[str, str] = field(default_factory=lambda: dict(_generic_names()))
+
+    def generic_base(self, name: str) -> str | None:
+        """The base member a generic family name stands for (`efficientnet` -> efficientnet_b0)."""
+        for key in _keys(name):
+            if key in self.generic and key not in self.index:
+                return self.generic[key]
+        return None
 
     def add(self, entry: ModelEntry) -> None:
         self.entries[entry.name] = entry
@@ -174,7 +214,8 @@ class Catalog:
         for key in _keys(name):
             if key in self.index:
                 return self.entries[self.index[key]]
-        return None
+        base = self.generic_base(name)
+        return self.entries.get(base) if base else None
 
     def lookup(self, name: str) -> ModelEntry:
         """The entry for `name`, or a UsageError listing close matches."""

@@ -116,7 +116,7 @@ def _run_estimate(args: argparse.Namespace) -> int:
 
 def _text(out: dict) -> str:
     b = out["breakdown_mib"]
-    lines = [out["explanation"], "",
+    lines = [out["explanation"].split("; fits with:")[0], "",
              f"per-GPU memory (MiB), micro-batch {out['micro_batch']}, sharding {out['sharding']}:"]
     lines += [f"  {name:12s} {b[name]:>9,}" for name in b]
     lines += [f"  {'total':12s} {out['gpu_mem_mib']:>9,}   (prior {out['prior_mib']:,} x correction "
@@ -128,6 +128,12 @@ def _text(out: dict) -> str:
               f"widest efficient width {out['max_efficient_gpus']}"]
     if out["asked_gpus"]:
         lines.append(f"asked:    {out['asked_gpus']} GPU(s)")
+    if out["kv_cache_mib"]:
+        lines.append(f"kv cache: {out['kv_cache_mib']:,} MiB per GPU (part of activations)")
+    if out["advice"]:
+        lines.append("does not fit as written; each of these fits (cheapest first):")
+        lines += [f"  - {o['change']} ({o['why']}): {o['need_mib']:,} MiB per GPU on {o['gpus']} x "
+                  f"{o['gpu_type']}" for o in out["advice"]]
     lines += [f"note:     {note}" for note in out["notes"]]
     return "\n".join(lines)
 

@@ -1,8 +1,13 @@
 """Decisions from the memory estimate: GPU count, sharding, GRES string, shards, CPUs, host memory.
 
-- GPU count: the smallest data-parallel width whose per-GPU peak fits the card (less headroom);
-  one node's widths first (1..gpus_per_node), then whole nodes. When the model states alone do
-  not fit one card the job is sharded (ZeRO-3/FSDP) and the width grows until the shards fit.
+- GPU count: the smallest width whose per-GPU peak fits the card (less headroom); one node's
+  widths first (1..gpus_per_node), then whole nodes; always a multiple of the model-parallel
+  degree (tp x pp x sp). Widening helps only where it cuts per-GPU memory: a global batch split
+  over more GPUs (never more data-parallel ranks than samples per step), or sharded states. A
+  script that fixes its per-GPU micro-batch runs on the GPUs it asked for. When the model states
+  alone do not fit one card the job is sharded (ZeRO-3/FSDP) and the width grows until the
+  shards fit. Never wider than the site (nodes x GPUs per node, when the site file says); a job
+  that fits nowhere keeps its own width and `fits` is false (the caller then names what would fit).
 - Scaling: a step on n GPUs costs compute/n + ring all-reduce 2(n-1)/n x gradient bytes / link
   bandwidth (NVLink inside a node, the network across nodes); `max_efficient_gpus` is the widest
   count (up to max-gpus) whose efficiency stays at or above MIN_EFFICIENCY, for elastic jobs.
@@ -91,6 +96,17 @@ def efficiency(entry: ModelEntry, spec: JobSpec, n: int, gpu: GpuType, table: Gp
     return compute / (compute + comm)
 
 
+def model_parallel(spec: JobSpec) -> int:
+    """GPUs one replica spans: tp x pp x sp (sp=tp is Megatron's sequence parallelism, same GPUs)."""
+    tp, pp, sp = spec.tp or 1, spec.pp or 1, spec.sp or 1
+    return tp * pp * (1 if sp == tp else sp)
+
+
+def site_gpus(table: GpuTable) -> int:
+    """GPUs of the whole site per the site file (0 = unknown)."""
+    return table.nodes * table.gpus_per_node if table.nodes else 0
+
+
 def _widths(per_node: int, low: int, high: int) -> list[int]:
     one_node = list(range(low, min(per_node, high) + 1))
     nodes = [k * per_node for k in range(2, high // per_node + 1) if k * per_node >= low]
@@ -114,17 +130,26 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     jobs of this model used (None: no evidence, memory alone decides sharing)."""
     usable = gpu.mem_mib * (1 - table.headroom) * MIB
     sharding = spec.sharding or "none"
-    low = spec.min_gpus or 1
-    high = max(low, spec.max_gpus or MAX_WIDTH)
-    single = need(1, sharding)
+    parallel = model_parallel(spec)
+    low = max(spec.min_gpus or 1, parallel)
+    high = max(low, min(spec.max_gpus or MAX_WIDTH, site_gpus(table) or MAX_WIDTH))
+    if not spec.micro_batch:  # more data-parallel ranks than samples per step cannot cut memory
+        high = max(low, min(high, parallel * math.ceil((spec.batch_size or 1) / (spec.grad_accum or 1))))
+    single = need(low, sharding)
     auto = False
-    if sharding in ("none", "zero1") and single.model_states + single.context > usable:
+    if (sharding in ("none", "zero1", "zero2") and spec.mode != "inference" and not spec.adapter
+            and single.model_states + single.context > usable):
         sharding, auto = "fsdp", True
-    chosen, fits = high, False
-    for n in _widths(table.gpus_per_node, low, high):
+    widths = [n for n in _widths(table.gpus_per_node, low, high) if n % parallel == 0] or [low]
+    if spec.micro_batch and spec.gpus and sharding == (spec.sharding or "none"):
+        widths = [max(spec.gpus, low)]   # the script's own width: its per-GPU batch is fixed
+    chosen, fits = max(spec.gpus or low, low), False
+    for n in widths:
         if need(n, sharding).total <= usable:
             chosen, fits = n, True
             break
+    if not fits:
+        sharding = spec.sharding or "none"  # say what the job as written needs, not a guess
     per_gpu = need(chosen, sharding)
     need_mib = int(math.ceil(per_gpu.total / MIB))
     nodes = max(1, math.ceil(chosen / table.gpus_per_node))

@@ -1,4 +1,5 @@
-"""Analytic memory prior: the per-GPU peak a training step needs, broken down by what holds it.
+"""Analytic memory prior: the per-GPU peak a training step (or an inference job) needs, broken
+down by what holds it.
 
 peak tensors = weights + gradients + optimizer state
                + max(activations + backward temporaries, optimizer-step temporaries)
@@ -9,8 +10,18 @@ per-GPU need = CUDA context + tensors x (1 + allocator slack)
 Activations: convolutional/vision models scale a measured per-sample coefficient (catalogue) with
 micro-batch and pixel count; transformers use the per-layer formula of Korthikanti et al. (2022,
 "Reducing Activation Recomputation in Large Transformer Models"): per layer and sample,
-s*h*34 + 5*a*s^2 bytes in 16-bit with dropout; terms are rebuilt here from hidden, ffn, heads so
-that fp32, gated MLPs, fused attention and checkpointing change only the terms they change.
+s*h*34 + 5*a*s^2 bytes in 16-bit with dropout; terms are rebuilt here from hidden, ffn, heads,
+kv-heads and experts so that fp32/fp8, gated MLPs, the attention kernel, tensor/sequence/pipeline
+parallelism and checkpointing change only the terms they change.
+
+Model states follow the layout each framework really has: DDP keeps fp32 weights + autocast's
+16-bit copies, fp32 gradients and optimizer state on every GPU; DeepSpeed ZeRO-1/2 keeps 16-bit
+weights and gradients whole and shards the fp32 master weights, an fp32 gradient partition and the
+optimizer state (4P + 16P/N bytes with Adam); ZeRO-3 shards all of it (20P/N), FSDP too (fp32
+sharded parameters and gradients + state: 16P/N, plus two gathered units in the compute precision).
+Adapters (LoRA/QLoRA) keep the frozen base in its storage precision (int4: 0.5 byte + block scales)
+and train only the adapter matrices. Inference holds weights, the KV cache and one layer's
+transient activations.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ BACKWARD_TEMP = 0.10       # activation gradients in flight, as a share of saved
 # bytes per parameter: (weights, gradients) by precision; mixed keeps fp32 master weights and
 # autocast's 16-bit weight copies, and fp32 gradients on the fp32 parameters.
 PRECISION_BYTES = {"fp32": (4.0, 4.0), "fp16": (6.0, 4.0), "amp": (6.0, 4.0), "bf16": (6.0, 4.0),
-                   "bf16-pure": (2.0, 2.0)}
+                   "bf16-pure": (2.0, 2.0), "fp8": (6.0, 4.0)}
 # optimizer state in fp32 values per parameter
 OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "lamb": 2, "sgd": 0, "sgd-momentum": 1, "rmsprop": 1,
                     "adagrad": 1, "lion": 1, "adafactor": 0.02, "adam8bit": 0.5}
@@ -39,6 +50,11 @@ OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "lamb": 2, "sgd": 0, "sgd-momentum": 
 OPTIMIZER_TEMP = {"adam": 1.15, "adamw": 1.15, "rmsprop": 0.9, "adagrad": 0.9, "lamb": 2, "lion": 1,
                   "adam8bit": 0.5}
 CHECKPOINT_CNN = 0.35      # share of activations kept with checkpointing (sqrt(n)-style segments)
+QUANT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 64}   # bitsandbytes: NF4 + one fp32 absmax per 64 weights
+INFERENCE_CNN = 0.15       # eval forward of a CNN: a few live feature maps of the saved-for-backward set
+LORA_RANK = 16
+LORA_TARGETS = 2           # PEFT's and LitGPT's default targets: the query and value projections
+KV_BYTES = {"fp32": 4.0, "fp8": 1.0}
 DEFAULT_ACT_BYTES = {"cnn": 60 * MIB, "vit": 70 * MIB, "detection": 300 * MIB, "rnn": 150 * MIB,
                      "recsys": 8e3}
 
@@ -57,6 +73,7 @@ class Breakdown:
     micro_batch: int
     gpus: int
     sharding: str
+    kv_cache: float = 0.0        # part of `activations` (inference: keys and values of the context)
 
     @property
     def model_states(self) -> float:
@@ -87,10 +104,24 @@ class Breakdown:
 
 
 def synthetic_entry(spec: JobSpec) -> ModelEntry:
-    """An uncatalogued model from `params` + `family`: typical shape for that size."""
-    if not spec.params:
-        raise UsageError("model: give a catalogued model name, or params=<count> with family=<...>")
+    """An uncatalogued model from `params` + `family`, or from shape directives."""
     family = spec.family or "decoder"
+    if spec.layers and spec.hidden and family in ("encoder", "decoder", "seq2seq", "vit"):
+        from slurm_liquid.estimate.shape import with_shape
+
+        gated = family == "decoder"
+        base = ModelEntry(spec.model or f"custom-{family}", family, spec.params or 1, layers=spec.layers,
+                          hidden=spec.hidden, heads=spec.heads or max(1, spec.hidden // 64),
+                          ffn=spec.intermediate or (8 / 3 if gated else 4) * spec.hidden,
+                          vocab=spec.vocab or (0 if family == "vit" else 32000), gated_mlp=gated,
+                          lm_head=family in ("decoder", "seq2seq"), tied=family != "decoder",
+                          seq_len=2048 if family == "decoder" else 512, patch_size=16 if family == "vit" else 0,
+                          attention="eager" if family == "seq2seq" else "sdpa",
+                          notes="shape from directives")
+        return with_shape(base, spec)
+    if not spec.params:
+        raise UsageError("model: give a catalogued model name, hf-config=<config.json>, shape directives "
+                         "(layers= hidden= ...), or params=<count> with family=<...>")
     name = spec.model or f"custom-{family}-{spec.params}"
     if family in ("encoder", "decoder", "seq2seq"):
         # P ~= 12 L h^2 with the common aspect ratio h ~= 100 L
@@ -107,113 +138,306 @@ def synthetic_entry(spec: JobSpec) -> ModelEntry:
                       act_source="family default (model not in the catalogue)")
 
 
-def _transformer_layer_bytes(entry: ModelEntry, seq: int, precision: str, checkpointing: bool) -> float:
-    """Activation bytes per sample for all layers (+ LM head logits).
+@dataclass(frozen=True)
+class Layout:
+    """How the job runs, from the spec: precision split into compute and base-weight storage."""
+
+    compute: str               # fp32, fp16/amp/bf16 (autocast), bf16-pure, fp8
+    quant: str | None          # int8/int4 frozen base weights
+    adapter: str | None        # lora/qlora
+    inference: bool
+    attention: str             # eager, sdpa, flash
+    tp: int
+    pp: int
+    sp: int
+
+    @property
+    def mixed(self) -> bool:
+        return self.compute in ("fp16", "amp", "bf16", "fp8")
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs one model replica spans (sp=tp is Megatron's sequence parallelism on the same GPUs)."""
+        return self.tp * self.pp * (1 if self.sp == self.tp else self.sp)
+
+
+def layout(entry: ModelEntry, spec: JobSpec) -> Layout:
+    precision = spec.precision or "fp32"
+    adapter = spec.adapter if spec.adapter not in (None, "none") else None
+    inference = spec.mode == "inference"
+    quant = precision if precision in QUANT_BYTES else ("int4" if adapter == "qlora" else None)
+    if quant and not (adapter or inference):
+        raise UsageError(f"precision: {precision} stores frozen base weights quantized; full training "
+                         "needs floating-point weights: add adapter=lora|qlora, or mode=inference")
+    compute = "bf16-pure" if precision in QUANT_BYTES else precision
+    if spec.offload == "params" and (spec.sharding or "none") not in ("zero3", "fsdp"):
+        raise UsageError("offload: params are offloaded by ZeRO-3 or FSDP only: add sharding=zero3 or fsdp "
+                         "(or offload=optimizer)")
+    return Layout(compute, quant, adapter, inference, spec.attention or entry.default_attention,
+                  spec.tp or 1, spec.pp or 1, spec.sp or 1)
+
+
+def _attention_dims(entry: ModelEntry) -> tuple[float, float, float]:
+    heads = entry.heads or max(1, entry.hidden // 64)
+    head_dim = entry.head_dim or entry.hidden / heads
+    return heads, heads * head_dim, (entry.kv_heads or heads) * head_dim
+
+
+def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: float, q: float, kv: float,
+                 score_len: float) -> tuple[float, float]:
+    """(replicated, tensor-parallel) activation bytes per token of one layer saved for backward.
 
     Mixed precision (autocast) is not simply half of fp32: layer norms and softmax run in fp32,
     so their outputs are saved in fp32 and again as the 16-bit copy the next matmul consumes.
-    """
-    h, f, a, s = entry.hidden, entry.ffn or 4 * entry.hidden, entry.heads or max(1, entry.hidden // 64), seq
-    mixed = precision in ("fp16", "bf16", "amp")
-    wide = 4.0 if precision == "fp32" else 2.0       # bytes of one matmul activation
-    dropout = not entry.gated_mlp                    # llama-style models train without dropout
-    attention = 5 * h * wide                         # QKV input, Q, K, V, projection input
-    mlp = h * wide + (4 * f if entry.gated_mlp else 2 * f) * wide
-    norms = 2 * h * (wide + 4.0 if mixed else wide)
-    masks = 2 * h if dropout else 0                  # 1-byte dropout masks
-    if entry.flash:
-        scores = 0.0
-    elif mixed:                                      # fp32 softmax (+ fp32 dropout) + 16-bit copy
-        scores = a * s * ((9.0 if dropout else 4.0) + 2.0)
+    FP8 saves the inputs of the linear layers in 8 bits."""
+    wide = 4.0 if lay.compute == "fp32" else 2.0
+    lin = 1.0 if lay.compute == "fp8" else wide    # inputs of linear layers
+    dropout = entry.trains_with_dropout and not lay.inference
+    f = entry.ffn or 4 * h
+    experts_per_token = entry.top_k if entry.experts > 1 else 1
+    mlp = (3 * f * wide + f * lin) if entry.gated_mlp else (f * wide + f * lin)
+    mlp = mlp * experts_per_token + (4 * entry.shared_ffn * wide if entry.shared_ffn else 0)
+    if entry.experts > 1:
+        mlp += entry.experts * 4.0                  # router logits (fp32)
+    parallel = (q + 2 * kv) * wide + q * lin + mlp  # Q, K, V; out-projection input; MLP
+    if lay.attention == "eager":
+        if lay.mixed:                               # fp32 softmax (+ fp32 dropout) + 16-bit copy
+            parallel += heads * score_len * ((9.0 if dropout else 4.0) + 2.0)
+        else:
+            parallel += heads * score_len * (2 * wide + 1 if dropout else wide)
     else:
-        scores = a * s * (2 * wide + (1 if dropout else 0) if dropout else wide)
-    per_layer = s * (attention + mlp + norms + masks + scores)
+        parallel += heads * 4.0                     # the kernel's log-sum-exp per query and head
+    blocks = 1 if entry.shared_norm else 2          # Phi: attention and MLP read one norm's output
+    replicated = blocks * h * lin + blocks * h * (wide + 4.0 if lay.mixed and lay.compute != "fp8" else wide)
+    if dropout:
+        replicated += 2 * h                         # 1-byte dropout masks
+    if lay.adapter:                                 # LoRA dropout's copy of each target's input + mask
+        replicated += LORA_TARGETS * h * (wide + 1)
+    return replicated, parallel
+
+
+def _transformer_layer_bytes(entry: ModelEntry, seq: int, lay: Layout, checkpointing: bool,
+                             accum: int) -> float:
+    """Activation bytes per sample on one GPU for its layers (+ LM head logits)."""
+    tp, sp = lay.tp, lay.sp
+    split = tp if sp == tp else tp * sp             # what the tensor-parallel terms are divided by
+    rep_split = tp if sp == tp and tp > 1 else sp   # replicated terms: only sequence parallelism splits them
+    heads, q, kv = _attention_dims(entry)
+    wide = 4.0 if lay.compute == "fp32" else 2.0
+    if entry.stages:                                # Swin: stages of windowed attention
+        window = (entry.window or 7) ** 2
+        stored, largest = 0.0, 0.0
+        for i, (depth, dim, stage_heads) in enumerate(entry.stages):
+            tokens = ((seq_side(entry, seq)) / 2 ** i) ** 2
+            rep, par = _layer_bytes(entry, lay, tokens, dim, stage_heads, dim, dim, window)
+            layer = tokens * (rep + par)
+            largest = max(largest, layer)
+            stored += depth * (tokens * dim * wide if checkpointing else layer)
+        return (stored + (largest if checkpointing else 0.0)) * entry.act_scale
+    rep, par = _layer_bytes(entry, lay, seq, entry.hidden, heads, q, kv, seq / max(sp if sp != tp else 1, 1))
+    per_layer = seq * (rep / rep_split + par / split)
     if entry.family == "seq2seq":
-        per_layer *= 1.15                            # decoder layers add cross-attention
-    if checkpointing:
-        stored = entry.layers * s * h * wide + per_layer  # each layer's input + one layer recomputed
+        per_layer *= 1.15                           # decoder layers add cross-attention
+    layers = entry.layers / lay.pp
+    if lay.pp > 1:                                  # 1F1B: the first stage holds pp micro-batches
+        layers *= min(lay.pp, accum) if accum > 1 else lay.pp
+    if lay.inference:                               # nothing is saved: one layer's transient tensors
+        stored = per_layer
+    elif checkpointing:
+        stored = layers * seq * entry.hidden * wide / rep_split + per_layer  # layer inputs + one layer
     else:
-        stored = entry.layers * per_layer
-    logits = 12.0 * s * entry.vocab if entry.lm_head else 0.0  # logits, fp32 log-softmax, its grad
+        stored = layers * per_layer
+    if not entry.lm_head:
+        logits = 0.0
+    elif lay.inference:
+        logits = 8.0 * entry.vocab                  # the last position's logits (16-bit + fp32)
+    else:
+        logits = 12.0 * seq * entry.vocab / tp      # logits, fp32 log-softmax, its grad (vocab-parallel)
     return stored * entry.act_scale + logits
 
 
-def activation_bytes(entry: ModelEntry, spec: JobSpec, micro_batch: int) -> float:
-    precision = spec.precision or "fp32"
-    half = precision != "fp32"
+def seq_side(entry: ModelEntry, image_or_seq: int) -> float:
+    """Patches per side of a hierarchical ViT at this image size."""
+    return image_or_seq / (entry.patch_size or 4)
+
+
+def activation_bytes(entry: ModelEntry, spec: JobSpec, micro_batch: int, lay: Layout | None = None) -> float:
+    lay = lay or layout(entry, spec)
     checkpointing = bool(spec.checkpointing)
     if entry.is_transformer:
-        seq = spec.seq_len or entry.seq_len
-        return micro_batch * _transformer_layer_bytes(entry, seq, precision, checkpointing)
+        if entry.family == "vit":
+            side = spec.image_size or entry.image_size
+            seq = side if entry.stages else int((side // (entry.patch_size or 16)) ** 2 + 1)
+        else:
+            seq = spec.seq_len or entry.seq_len
+        return micro_batch * _transformer_layer_bytes(entry, seq, lay, checkpointing, spec.grad_accum or 1)
     per_sample = entry.act_bytes or DEFAULT_ACT_BYTES.get(entry.family, 60 * MIB)
     if entry.family in ("cnn", "vit", "detection"):
         side = spec.image_size or entry.image_size
         per_sample *= (side / entry.image_size) ** 2
     elif entry.family == "rnn":
         per_sample *= (spec.seq_len or entry.seq_len) / entry.seq_len
-    if half:
+    if lay.compute != "fp32":
         per_sample *= 0.55                           # 16-bit activations; a few stay fp32 under autocast
-    if checkpointing:
+    if lay.inference:
+        per_sample *= INFERENCE_CNN
+    elif checkpointing:
         per_sample *= CHECKPOINT_CNN
     return micro_batch * per_sample
 
 
-def micro_batch(spec: JobSpec, gpus: int) -> int:
+def kv_cache_bytes(entry: ModelEntry, spec: JobSpec, micro_batch: int, lay: Layout) -> float:
+    """Keys and values of every layer for the stated context (inference of decoders)."""
+    if not (lay.inference and entry.is_transformer and entry.family != "encoder" and entry.family != "vit"):
+        return 0.0
+    _, _, kv = _attention_dims(entry)
+    seq = spec.seq_len or entry.seq_len
+    per_token = 2 * entry.layers / lay.pp * kv / lay.tp * KV_BYTES.get(lay.compute, 2.0)
+    return micro_batch * seq * per_token / (lay.sp if lay.sp != lay.tp else 1)
+
+
+def micro_batch(spec: JobSpec, gpus: int, model_parallel: int = 1) -> int:
+    """The per-GPU batch: as the script fixes it (micro-batch), else the global batch split over
+    the data-parallel GPUs and accumulation steps."""
+    if spec.micro_batch:
+        return spec.micro_batch
     batch = spec.batch_size or 1
-    return max(1, math.ceil(batch / (gpus * (spec.grad_accum or 1))))
+    data_parallel = max(1, gpus // max(1, model_parallel))
+    return max(1, math.ceil(batch / (data_parallel * (spec.grad_accum or 1))))
+
+
+def adapter_params(entry: ModelEntry, rank: int) -> float:
+    """LoRA matrices on the default targets (query and value projections of every layer)."""
+    _, q, kv = _attention_dims(entry)
+    hidden = entry.hidden or (entry.params / 12) ** 0.5
+    return (entry.layers or 12) * rank * ((hidden + q) + (hidden + kv))
+
+
+def _embedding_params(entry: ModelEntry) -> float:
+    """Embedding and LM head: kept in 16 bits when the base is quantized."""
+    return (entry.vocab or 0) * (entry.hidden or 0) * (1 if entry.tied else 2)
 
 
 def breakdown(entry: ModelEntry, spec: JobSpec, gpus: int = 1, sharding: str | None = None,
               context_mib: float = CONTEXT_MIB) -> Breakdown:
-    """The prior for one GPU of a data-parallel job on `gpus` GPUs."""
-    precision = spec.precision or "fp32"
+    """The prior for one GPU of a job on `gpus` GPUs (data parallel x tp x pp x sp)."""
+    lay = layout(entry, spec)
+    compute = lay.compute
     optimizer = spec.optimizer or "adamw"
     sharding = sharding or spec.sharding or "none"
-    w_bytes, g_bytes = PRECISION_BYTES[precision]
-    state_bytes = 2.0 if precision == "bf16-pure" else 4.0
-    params = float(entry.params)
-    weights, grads = params * w_bytes, params * g_bytes
-    states = params * OPTIMIZER_STATES[optimizer] * state_bytes
-    step_temp = params * OPTIMIZER_TEMP.get(optimizer, 0) * state_bytes
     n = max(1, gpus)
-    if sharding in ("zero1", "zero2", "zero3", "fsdp"):
-        states /= n
-        step_temp /= n
-    if sharding in ("zero2", "zero3", "fsdp"):
-        grads /= n
-    if sharding in ("zero3", "fsdp"):
-        # own shard of the master weights + two layers gathered in the compute precision
-        layers = max(entry.layers or 0, 8)
-        compute_bytes = 4.0 if precision == "fp32" else 2.0
-        weights = params * min(w_bytes, 4.0) / n + 2 * params / layers * compute_bytes
-    # autocast's 16-bit weight copies are saved for backward and freed by it: gone at the step
-    mixed = precision in ("fp16", "amp", "bf16") and sharding not in ("zero3", "fsdp")
-    copies = params * (w_bytes - 4.0) if mixed else 0.0
-    mb = micro_batch(spec, n)
-    acts = activation_bytes(entry, spec, mb)
+    dp = max(1, n // lay.model_parallel)            # ZeRO/FSDP shard over the data-parallel group
+    params = float(entry.params) / (lay.tp * lay.pp)
+    state_bytes = 2.0 if compute == "bf16-pure" else 4.0
+    states_per_param = OPTIMIZER_STATES[optimizer] * state_bytes
+    temp_per_param = OPTIMIZER_TEMP.get(optimizer, 0) * state_bytes
+    layers = max(entry.layers or 0, 8)
+    compute_bytes = 4.0 if compute == "fp32" else 2.0
+    gathered = 2 * params / layers * compute_bytes  # ZeRO-3/FSDP: the unit in use + the prefetched one
+    offload = spec.offload or "none"
+    copies = 0.0
+    if lay.inference or lay.adapter:
+        # frozen base in its storage precision; int8/int4 keep embeddings and the head in 16 bits
+        if lay.quant:
+            emb = min(_embedding_params(entry) / (lay.tp * lay.pp), params)
+            weights = (params - emb) * QUANT_BYTES[lay.quant] + emb * 2.0
+        else:
+            weights = params * ({"fp32": 4.0, "fp8": 1.0 if lay.inference else 2.0}.get(compute, 2.0))
+        if sharding in ("zero3", "fsdp"):
+            weights = weights / dp + gathered
+        if offload == "params":
+            weights = gathered
+        grads = states = step_temp = 0.0
+        if lay.adapter and not lay.inference:
+            trained = adapter_params(entry, spec.rank or LORA_RANK) / (lay.tp * lay.pp)
+            weights += 4.0 * trained                # adapters train in fp32
+            grads = 4.0 * trained
+            states = trained * OPTIMIZER_STATES[optimizer] * 4.0
+            step_temp = trained * OPTIMIZER_TEMP.get(optimizer, 0) * 4.0
+            if offload != "none":
+                states = step_temp = 0.0
+    else:
+        w_bytes, g_bytes = PRECISION_BYTES.get(compute, (6.0, 4.0))
+        weights, grads = params * w_bytes, params * g_bytes
+        states, step_temp = params * states_per_param, params * temp_per_param
+        if sharding in ("zero1", "zero2"):
+            if lay.mixed:                           # DeepSpeed: 16-bit weights + grads whole; fp32 master,
+                weights = 2 * params + 4 * params / dp      # fp32 gradient partition and state sharded
+                grads = 2 * params + 4 * params / dp
+            states, step_temp = states / dp, step_temp / dp
+        elif sharding == "zero3":
+            if lay.mixed:                           # 16-bit + fp32 copies of parameters and gradients
+                weights, grads = 6 * params / dp + gathered, 6 * params / dp
+            else:
+                weights, grads = w_bytes * params / dp + gathered, g_bytes * params / dp
+            states, step_temp = states / dp, step_temp / dp
+        elif sharding == "fsdp":                    # sharded fp32 (or bf16-pure) parameters and gradients
+            master = 2.0 if compute == "bf16-pure" else 4.0
+            weights, grads = master * params / dp + gathered, master * params / dp
+            states, step_temp = states / dp, step_temp / dp
+        elif lay.mixed:
+            copies = params * (w_bytes - 4.0)       # autocast's 16-bit copies, freed by backward
+        if offload != "none":                       # optimizer state, fp32 master and its gradients on the CPU
+            states = step_temp = 0.0
+            if sharding in ("zero3", "fsdp"):
+                weights = (2.0 if lay.mixed else 4.0) * params / dp + gathered
+                grads = (2.0 if lay.mixed else 4.0) * params / dp
+            elif lay.mixed:
+                weights, grads = 2 * params, 2 * params
+            if offload == "params":
+                weights, grads = gathered, gathered
+    mb = micro_batch(spec, n, lay.model_parallel)
+    acts = activation_bytes(entry, spec, mb, lay)
+    kv_cache = kv_cache_bytes(entry, spec, mb, lay)
     # peak = master states + max(copies + activations + backward temporaries, step temporaries)
     temporaries = max(BACKWARD_TEMP * acts, step_temp - acts - copies)
-    tensors = weights + grads + states + acts + temporaries
-    return Breakdown(weights=weights, gradients=grads, optimizer=states, activations=acts,
+    if lay.quant and entry.is_transformer:
+        # bitsandbytes dequantizes a quantized weight to 16 bits for each matmul over many tokens:
+        # the largest one (LM head or MLP matrix) exists once more, transiently
+        largest = max((entry.vocab or 0) * entry.hidden, (entry.ffn or 4 * entry.hidden) * entry.hidden)
+        temporaries += 2.0 * largest / lay.tp
+    tensors = weights + grads + states + acts + kv_cache + temporaries
+    return Breakdown(weights=weights, gradients=grads, optimizer=states, activations=acts + kv_cache,
                      temporaries=temporaries, context=context_mib * MIB, slack=ALLOCATOR_SLACK * tensors,
-                     micro_batch=mb, gpus=n, sharding=sharding)
+                     micro_batch=mb, gpus=n, sharding=sharding, kv_cache=kv_cache)
 
 
-def resolve_entry(spec: JobSpec, catalog: Catalog) -> ModelEntry:
-    """The catalogue entry of spec.model (params/family from the spec override it), or a synthetic
-    entry from params + family; an unknown name without params is a UsageError with close matches."""
+def resolve(spec: JobSpec, catalog: Catalog) -> tuple[ModelEntry, list[str]]:
+    """The model of `spec` and notes on how it was found: a catalogue entry (a generic family name
+    resolves to its base member), a Hugging Face config.json, or shape directives; shape directives
+    and params override the entry. An unknown name without a shape is a UsageError with close matches."""
+    from slurm_liquid.estimate.shape import fields_from_hf_config, read_hf_config, with_shape
+
+    notes: list[str] = []
     entry = catalog.find(spec.model) if spec.model else None
+    if entry is not None and spec.model:
+        base = catalog.generic_base(spec.model)
+        if base:
+            notes.append(f"model {spec.model!r} is a family: sized as its base member {base}; "
+                         "name the member (or give its config.json) for a closer estimate")
+    if spec.hf_config:
+        fields = fields_from_hf_config(read_hf_config(spec.hf_config), spec.hf_config)
+        name = spec.model or fields.get("name") or "hf-config"
+        entry = ModelEntry(name=str(name), source=spec.hf_config, notes="shape from config.json",
+                           **{k: v for k, v in fields.items() if k != "name"})
+        notes.append(f"shape from {spec.hf_config}: {entry.layers:g} layers, hidden {entry.hidden:g}, "
+                     f"{entry.params / 1e9:.2f}B parameters")
     if entry is None:
-        if spec.model and not spec.params:
+        if spec.model and not spec.params and not (spec.layers and spec.hidden):
             try:
                 catalog.lookup(spec.model)  # raises with close matches
             except UsageError as exc:
                 where = spec.sources.get("model")
                 raise UsageError(f"{exc} (model from {where})" if where else str(exc)) from None
-        return synthetic_entry(spec)
+        return synthetic_entry(spec), notes
+    entry = with_shape(entry, spec)
     if spec.params and spec.params != entry.params:
         entry = replace(entry, params=spec.params)
     if spec.family and spec.family != entry.family:
-        raise UsageError(f"family: {spec.family} conflicts with the catalogue's {entry.family} "
-                         f"for {entry.name}")
-    return entry
+        raise UsageError(f"family: {spec.family} conflicts with the "
+                         f"{'config' if spec.hf_config else 'catalogue'}'s {entry.family} for {entry.name}")
+    return entry, notes
+
+
+def resolve_entry(spec: JobSpec, catalog: Catalog) -> ModelEntry:
+    return resolve(spec, catalog)[0]

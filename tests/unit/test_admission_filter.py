@@ -23,11 +23,11 @@ from slurm_liquid.ledger import Record, opted_in
 
 SITE = Path(__file__).resolve().parents[2] / "containers" / "slurm" / "liquid-site.toml"
 SITE_NODES = 4          # `nodes` in the site file
-SMALL = "liquid: model=bert-large batch-size=32"                      # one whole H100
-FOUR = "liquid: model=bert-large batch-size=128"                      # one node's worth
-TWO_NODES = "liquid: model=llama-2-7b batch-size=8 seq-len=4096"      # two whole nodes
+SMALL = "liquid: model=bert-large batch-size=32 attention=eager"      # one whole H100
+FOUR = "liquid: model=bert-large batch-size=128 follows-allocation"   # one node's worth
+TWO_NODES = "liquid: model=llama-2-7b batch-size=8 seq-len=4096 follows-allocation"  # two whole nodes
 TINY = "liquid: model=resnet50 batch-size=64"                         # a share of one GPU
-TOO_WIDE = "liquid: model=llama-2-7b batch-size=64 seq-len=4096"      # fits, but on more nodes than exist
+TOO_WIDE = "liquid: model=llama-2-7b batch-size=64 seq-len=4096 follows-allocation"  # would need more nodes than exist
 NEVER = "liquid: model=llama-2-70b batch-size=512 seq-len=4096"       # fits nowhere
 
 
@@ -147,7 +147,7 @@ def test_advise_only_writes_the_comment(options: dict[str, str], option: str) ->
     record = record_of(answer)
     assert record.get("mode") == "advise" and "set" not in record.fields
     assert (record.get("est") or "").startswith(f"{d.gpus}x")
-    assert record.spec == "model=bert-large batch-size=128"
+    assert record.spec == "model=bert-large batch-size=128 follows-allocation=true"
 
 
 @pytest.mark.parametrize("options, option, value", [
@@ -212,17 +212,19 @@ def test_a_job_that_does_not_fit_is_never_adjusted(mode: str) -> None:
 
 @pytest.mark.parametrize("mode", ["advise", "adjust"])
 def test_never_more_nodes_than_the_cluster_has(mode: str) -> None:
+    # the estimate never looks past the site: a job that would need more is one that does not fit,
+    # and the answer names what would make it fit instead of asking for nodes that do not exist
     d = decision(TOO_WIDE)
-    assert d.fits and d.nodes > SITE_NODES                    # precondition
+    assert not d.fits and d.nodes <= SITE_NODES
     answer = decide({"gres": "gpu:1", "comment": TOO_WIDE}, "", cfg(mode))
     assert set(answer.sets) == {"comment"}
-    assert "more nodes than the cluster has" in answer.says[0]
+    assert "does not fit" in answer.says[0] and "fits with:" in answer.says[0]
     assert "set" not in record_of(answer).fields
 
 
 @pytest.mark.parametrize("comment, script, field", [
     ("liquid: model=bert-large batch-size=-1", "", "batch-size"),
-    ("liquid: model=bert-large precision=fp8 batch-size=8", "", "precision"),
+    ("liquid: model=bert-large precision=fp7 batch-size=8", "", "precision"),
     ("", "#!/bin/sh\n#LIQUID model=resnet50 batch-size=8\n#LIQUID image-size=3\n", "image-size"),
 ])
 def test_a_malformed_spec_is_said_once_and_the_job_goes_as_asked(comment, script, field) -> None:
@@ -280,7 +282,7 @@ def _run(tmp_path: Path, capsys, options: str | None, config_text: str) -> list[
 
 def test_run_answers_with_instructions(tmp_path, capsys) -> None:
     script = tmp_path / "job.sh"
-    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:1\n#LIQUID model=bert-large batch-size=128\n")
+    script.write_text("#!/bin/sh\n#SBATCH --gres=gpu:h100:1\n#LIQUID model=bert-large batch-size=128 follows-allocation\n")
     out = _run(tmp_path, capsys, f"script={script}\ngres=gpu:h100:1\nnodes=1-0\n",
                f'[submit]\nmode = "adjust"\n[estimate]\nsite = "{SITE}"\n')
     assert out[0].startswith("say slurm-liquid: adjusted gpu:h100:1 -> --gres=gpu:h100:")
@@ -308,3 +310,34 @@ def test_run_reports_internal_errors_without_failing(tmp_path, capsys, monkeypat
     monkeypatch.setattr("slurm_liquid.admission.filter.decide", broken)
     out = _run(tmp_path, capsys, "gres=gpu:1\n", "")
     assert out == ["say slurm-liquid: internal error (RuntimeError: boom); the job is submitted as asked", "end"]
+
+
+def test_adjust_only_resizes_jobs_that_follow_the_allocation() -> None:
+    # without follows-allocation the launcher may not follow a new GPU count (a GPU fewer breaks
+    # `torchrun --nproc_per_node 2`): adjust mode advises instead
+    comment = "liquid: model=bert-large batch-size=128"
+    assert decision(comment).gpus > 1                          # precondition: worth changing
+    answer = decide({"gres": "gpu:h100:1", "comment": comment}, "", cfg("adjust"))
+    assert set(answer.sets) == {"comment"} and "set" not in record_of(answer).fields
+    (say,) = answer.says
+    assert "advice: --gres=gpu:h100:" in say and "slurm-liquid: adjusted" not in say
+
+
+@pytest.mark.parametrize("spec_text, asked, gpus, shards, ok", [
+    ("batch-size=128 follows-allocation", Asked("gres", 1), 4, 0, True),
+    ("batch-size=128", Asked("gres", 1), 4, 0, False),                        # launcher may not follow
+    ("micro-batch=32 follows-allocation", Asked("gres", 2), 1, 0, False),     # fixed per-GPU batch
+    ("micro-batch=32", Asked("gres", 1), 1, 3, True),                         # one GPU -> a share of it
+    ("micro-batch=32", Asked("gres", 2), 2, 0, True),                         # unchanged count
+])
+def test_resizable(spec_text, asked, gpus, shards, ok) -> None:
+    from slurm_liquid.admission.filter import resizable
+
+    assert resizable(parse_comment("liquid: " + spec_text), asked, gpus, shards) is ok
+
+
+def test_adjust_resizes_a_job_that_follows_the_allocation() -> None:
+    d = decision(FOUR)
+    assert d.fits and d.gpus > 1                                # precondition
+    answer = decide({"gres": "gpu:h100:1", "comment": FOUR}, "", cfg("adjust"))
+    assert answer.sets["gres"] == f"gpu:h100:{d.gpus_per_node}" and "adjusted" in answer.says[0]

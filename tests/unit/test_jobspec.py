@@ -30,7 +30,8 @@ def test_directive_same_as_flags():
 
 @pytest.mark.parametrize("text, field", [
     ("batch-size=0", "batch-size"), ("batch-size=-3", "batch-size"), ("batch-size=1e9", "batch-size"),
-    ("batch-size=lots", "batch-size"), ("precision=fp8", "precision"), ("image-size=3", "image-size"),
+    ("batch-size=lots", "batch-size"), ("precision=fp7", "precision"),
+    ("attention=fast", "attention"), ("adapter=ia3", "adapter"), ("tp=0", "tp"), ("mode=train-ish", "mode"), ("image-size=3", "image-size"),
     ("deadline=soon", "deadline"), ("epochs", "epochs"), ("min-gpus=8 max-gpus=2", "min-gpus"),
 ])
 def test_bad_values_name_the_field(text, field):
@@ -92,7 +93,33 @@ def test_training_flags_outside_launchers_are_ignored():
     assert parse_script("echo --batch-size 7\n").batch_size is None
     assert parse_script("torchrun --nproc-per-node 8 main.py --per_device_train_batch_size=16 "
                         "--gradient_checkpointing --zero-stage 2\n").to_dict() == {
-        "batch-size": 16, "checkpointing": True, "sharding": "zero2"}
+        "micro-batch": 16, "checkpointing": True, "sharding": "zero2"}
+
+
+@pytest.mark.parametrize("command, expected", [
+    # per-GPU flags are the micro-batch; only explicitly global flags are the global batch
+    ("torchrun --nproc_per_node 2 train.py --per_device_train_batch_size 4", {"micro-batch": 4}),
+    ("python pretrain_gpt.py --micro-batch-size 2 --global-batch-size 512 --tensor-model-parallel-size 4 "
+     "--pipeline-model-parallel-size 2", {"micro-batch": 2, "batch-size": 512, "tp": 4, "pp": 2}),
+    ("python train.py --model vit_large_patch16_224 -b 64 --amp", {"model": "vit_large_patch16_224",
+                                                                 "micro-batch": 64, "precision": "amp"}),
+    ("accelerate launch sft.py --use_peft --lora_r 16 --attn_implementation flash_attention_2 --bf16",
+     {"adapter": "lora", "rank": 16, "attention": "flash", "precision": "bf16"}),
+    ("python qlora.py --load_in_4bit --qlora", {"precision": "int4", "adapter": "qlora"}),
+])
+def test_training_flags_map_to_the_right_key(command, expected):
+    assert parse_script(command + "\n").to_dict() == expected
+
+
+def test_new_keys_and_aliases():
+    spec = parse_directives("#LIQUID model=x per-gpu-batch=2 lora-rank=8 adapter=qlora attention=flash_attention_2 "
+                            "tp=2 pp=2 sp=2 offload=cpu mode=serve precision=nf4 follows-allocation "
+                            "layers=32 hidden=4096 heads=32 kv-heads=8 intermediate=14336 vocab=32000 "
+                            "experts=8 top-k=2 hf-config=/tmp/config.json")
+    assert (spec.micro_batch, spec.rank, spec.adapter, spec.attention) == (2, 8, "qlora", "flash")
+    assert (spec.tp, spec.pp, spec.sp, spec.offload, spec.mode) == (2, 2, 2, "optimizer", "inference")
+    assert spec.precision == "int4" and spec.follows_allocation is True and spec.hf_config == "/tmp/config.json"
+    assert (spec.layers, spec.kv_heads, spec.intermediate, spec.experts, spec.top_k) == (32, 8, 14336, 8, 2)
 
 
 def test_merged_prefers_self():
@@ -122,7 +149,7 @@ VALUES = {
 def test_directive_round_trip(values):
     spec = JobSpec.from_values({k: str(v) for k, v in values.items()})
     assert parse_directives(spec.to_directive()) == spec
-    assert parse_script(spec.to_directive() + "\npython x.py --bs 3\n").to_dict()["batch-size"] == \
+    assert parse_script(spec.to_directive() + "\npython x.py --global-batch-size 3\n").to_dict()["batch-size"] == \
         values.get("batch-size", 3)
 
 
@@ -136,7 +163,9 @@ def test_key_spellings_are_one_key(pair):
     key, spelling = pair
     value = {"model": "x", "params": "7B", "family": "cnn", "precision": "fp16", "optimizer": "sgd",
              "sharding": "fsdp", "checkpointing": "true", "deadline": "48h", "gpu-type": "h100",
-             "image-size": "224"}.get(key, "4")
+             "image-size": "224", "attention": "sdpa", "adapter": "lora", "offload": "optimizer",
+             "mode": "inference", "follows-allocation": "true", "hf-config": "config.json", "hidden": "64",
+             "intermediate": "256"}.get(key, "4")
     assert parse_directives(f"#LIQUID {spelling}={value}") == parse_directives(f"#LIQUID {key}={value}")
 
 
