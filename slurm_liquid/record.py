@@ -19,7 +19,7 @@ from typing import Mapping
 VERSION = "liquid/1"
 COMMENT_LIMIT = 1024
 # Order in which fields are written (and read best in `sacct -o Comment%120`).
-FIELDS = ("mode", "est", "asked", "set", "placed", "err", "note")
+FIELDS = ("mode", "est", "asked", "set", "placed", "staged", "err", "note")
 _WORD = re.compile(r"[^\s|=]+")
 
 

@@ -26,6 +26,7 @@ from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.factory import make_placer
 from slurm_liquid.record import Record, Tag, with_tag
 from slurm_liquid.slurm import Job, Node, SlurmClient, SlurmError
+from slurm_liquid.staging.predict import StagingHints
 from slurm_liquid.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,8 @@ class Admitter:
         self.now = now
         self._records: dict[int, Record] = {}
         self._stranded: set[int] = set()
+        # staging (slurm_liquid/staging): predicted nodes of waiting jobs, data holders as a tie-breaker
+        self.staging = StagingHints(config, client, self.topology, now)
 
     # ------------------------------------------------------------ one pass
 
@@ -98,6 +101,7 @@ class Admitter:
                 self._shadow(job, state, nodes, report)
         if self.config.daemon.mode == "enforce":
             self._place_held(held, state, nodes, report)
+        self.staging.after_pass(jobs, state, report)   # staging: hints for the jobs left waiting
         return report
 
     def _place_held(self, held: list[Job], state: ClusterState, nodes: Mapping[str, Node],
@@ -121,7 +125,8 @@ class Admitter:
                 self._start(job, None, "no-GPUs-asked", report)
             else:
                 per_node = job.gpus_per_node if job.gpus_per_node and job.gpus % job.gpus_per_node == 0 else None
-                requests.append(PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type))
+                requests.append(PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type,
+                                                 prefer=self.staging.prefer(job)))   # staging: data holders
         if not requests:
             return
         batch = cfg.placer == "ga" or (cfg.placer == "auto" and len(requests) >= cfg.batch_min)

@@ -136,7 +136,7 @@ def test_key_spellings_are_one_key(pair):
     key, spelling = pair
     value = {"model": "x", "params": "7B", "family": "cnn", "precision": "fp16", "optimizer": "sgd",
              "sharding": "fsdp", "checkpointing": "true", "deadline": "48h", "gpu-type": "h100",
-             "image-size": "224"}.get(key, "4")
+             "image-size": "224", "dataset": "/shared/x", "stage": "copy"}.get(key, "4")
     assert parse_directives(f"#LIQUID {spelling}={value}") == parse_directives(f"#LIQUID {key}={value}")
 
 
