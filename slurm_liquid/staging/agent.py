@@ -54,7 +54,8 @@ class JobWant:
     first_seen: float
     size_hint: int | None = None
     ready_at: dict[Key, float] = field(default_factory=dict)   # when each copy was checked for this job
-    recorded: bool = False
+    recorded: bool = False        # staged= written with the job running
+    noted_ready: bool = False     # staged= written with the time the data was ready (job still pending)
     errors_written: set[str] = field(default_factory=set)
 
 
@@ -263,24 +264,29 @@ class Stager:
             if reason not in jw.errors_written:
                 jw.errors_written.add(reason)
                 self._write_err(job, reason)
-        if not job.is_running or jw.recorded or failed:
+        if jw.recorded or failed or not (job.is_running or job.is_pending):
             return
-        jw.recorded = True
-        start = job.start_time.timestamp() if job.start_time else self.clock()
+        start = job.start_time.timestamp() if job.is_running and job.start_time else None
         with self._lock:
             ready = [(s, jw.ready_at.get(k)) for k, s in zip(jw.keys, states)]
-        complete = all(s is not None and s.status == "ready" and s.entry and at is not None and at <= start + 1
-                       for s, at in ready)
+        complete = all(s is not None and s.status == "ready" and s.entry and at is not None
+                       and (start is None or at <= start + 1) for s, at in ready)
+        if job.is_pending and (not complete or jw.noted_ready):
+            return
         entries = [s.entry for s, _ in ready if s is not None and s.entry is not None]
-        nbytes = sum(e.nbytes for e in entries) if complete else None
         if not complete:
             took = "-"
         elif all(s.hit for s, _ in ready):
             took = "hit"
         else:
             took = f"{round(max(e.took_s for e in entries))}s"
-        lead = round(start - max(at for _, at in ready)) if complete else None
-        part = Part(self.node, nbytes, took, lead)
+        at = max((a for _, a in ready if a is not None), default=0.0)
+        # pending: when it was ready (a job may end before the agent sees it run); running: the lead
+        part = Part(self.node, sum(e.nbytes for e in entries) if complete else None, took,
+                    None if not complete else (round(start - at) if start is not None else None),
+                    ready_at=round(at) if complete and start is None else None)
+        jw.noted_ready = True
+        jw.recorded = job.is_running
         self._update_record(job.job_id, lambda r: r.with_fields(staged=merge_staged(r.get("staged"), part)))
 
     def _write_err(self, job: Job, reason: str) -> None:

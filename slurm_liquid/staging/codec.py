@@ -4,7 +4,7 @@
   or in a `liquid:` comment;
 - the daemon's prediction for a waiting job, a segment of its AdminComment (root only, so trusted):
   ``liquid-stage/1 nodes=gpu[01-02] at=1796228051``;
-- the record field ``staged=`` (Comment), one part per node joined by '+':
+- the record field ``staged=`` (Comment), one part per node joined by ',':
   ``gpu01:1.2G:14s:+40s`` = 1.2 GB on gpu01, copied in 14 s (``hit``: reused), ready 40 s before the
   job started (``late``: not ready at start, the job read the shared path);
 - the TaskProlog's lines: ``export LIQUID_DATA=/path`` (and LIQUID_DATA_1.. for each dataset).
@@ -22,7 +22,7 @@ from slurm_liquid.record import COMMENT_LIMIT, Record
 
 HINT_VERSION = "liquid-stage/1"
 ERR_PREFIX = "dataset:"
-_PART = re.compile(r"^([A-Za-z0-9_.-]+):([0-9.]+[KMGT]?|-):(hit|\d+s|-):([+-]\d+s|late)$")
+_PART = re.compile(r"^([A-Za-z0-9_.-]+):([0-9.]+[KMGT]?|-):(hit|\d+s|-):([+-]\d+s|late|@\d+)$")
 
 
 @dataclass(frozen=True)
@@ -95,29 +95,45 @@ def human_bytes(n: int) -> str:
 
 @dataclass(frozen=True)
 class Part:
-    """One node's line in `staged=`: NODE:BYTES:TOOK:LEAD."""
+    """One node's line in `staged=`: NODE:BYTES:TOOK:WHEN. WHEN is `+40s` (ready 40 s before the job
+    started), `late` (not ready at the start: the job read the shared path), or `@1796228051` (ready
+    then; written while the job still waited, for a job that ends before the agent sees it run)."""
 
     node: str
     nbytes: int | None        # None: not staged when the job started
     took: str                 # "14s" (copy time), "hit" (reused), "-"
-    lead_s: int | None        # seconds ready before the start; None: late (the job read the shared path)
+    lead_s: int | None        # seconds ready before the start; None: late, or see ready_at
+    ready_at: int | None = None
 
     def render(self) -> str:
         size = human_bytes(self.nbytes) if self.nbytes is not None else "-"
-        lead = "late" if self.lead_s is None else f"{self.lead_s:+d}s"
-        return f"{self.node}:{size}:{self.took}:{lead}"
+        if self.ready_at is not None:
+            when = f"@{self.ready_at}"
+        else:
+            when = "late" if self.lead_s is None else f"{self.lead_s:+d}s"
+        return f"{self.node}:{size}:{self.took}:{when}"
+
+
+def lead_of(part: str, start: float | None) -> int | None:
+    """Seconds the data was ready before `start` (None: late or unknown)."""
+    when = part.rsplit(":", 1)[-1]
+    if when.startswith("@") and start is not None:
+        return round(start - int(when[1:]))
+    if when.endswith("s") and when[:1] in "+-":
+        return int(when[:-1])
+    return None
 
 
 def merge_staged(current: str | None, part: Part) -> str:
     """The `staged=` value with this node's part put in (other nodes' parts kept, sorted by node)."""
-    parts = {p.split(":", 1)[0]: p for p in (current or "").split("+") if _PART.match(p)}
+    parts = {p.split(":", 1)[0]: p for p in (current or "").split(",") if _PART.match(p)}
     parts[part.node] = part.render()
-    return "+".join(parts[n] for n in sorted(parts))
+    return ",".join(parts[n] for n in sorted(parts))
 
 
 def parse_staged(value: str | None) -> dict[str, str]:
     """node -> its part, for `explain` and tests."""
-    return {p.split(":", 1)[0]: p for p in (value or "").split("+") if _PART.match(p)}
+    return {p.split(":", 1)[0]: p for p in (value or "").split(",") if _PART.match(p)}
 
 
 def env_lines(paths: list[str]) -> str:
@@ -125,3 +141,19 @@ def env_lines(paths: list[str]) -> str:
     lines = [f"export LIQUID_DATA={paths[0]}"] if paths else []
     lines += [f"export LIQUID_DATA_{i}={p}" for i, p in enumerate(paths, 1)]
     return "".join(line + "\n" for line in lines)
+
+
+def describe(value: str | None, start: float | None) -> list[str]:
+    """`staged=` in words, one line per node (for `slurm-liquid explain`)."""
+    lines = []
+    for node, part in sorted(parse_staged(value).items()):
+        _, size, took, _ = part.split(":")
+        lead = lead_of(part, start)
+        if size == "-" or lead is None and start is not None:
+            lines.append(f"{node}: not ready when the job started; it read the shared path")
+            continue
+        how = "reused an earlier copy" if took == "hit" else f"copied in {took}"
+        when = "" if lead is None else (f", ready {lead} s before the start" if lead >= 0
+                                         else f", ready {-lead} s after the start (later steps used it)")
+        lines.append(f"{node}: {size}B {how}{when}")
+    return lines
