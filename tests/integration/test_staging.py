@@ -31,7 +31,7 @@ sleep {sleep}
 """
 
 
-RESTART = ("entrypoint.sh agent-stop; for i in $(seq 50); do pgrep -f 'slurm-liquid agent' >/dev/null || break; "
+RESTART = ("entrypoint.sh agent-stop; for i in $(seq 50); do pgrep -f 'slurm-liquid[ ]agent' >/dev/null || break; "
            "sleep 0.2; done; entrypoint.sh agent-start")
 
 
@@ -135,14 +135,14 @@ def test_killing_the_agent_mid_copy_leaves_no_half_copy_visible(cluster: Cluster
     try:
         for node in NODES:
             assert sh(cluster, node, f"{slow} && {RESTART} --config /tmp/liquid-slow.toml").returncode == 0
-        job_id = staged_job(cluster, "st-slow", source, sleep=25)
+        job_id = staged_job(cluster, "st-slow", source, sleep=60)
         job = wait_for("the job to run", lambda: next((j for j in cluster.client.jobs([job_id]) if j.is_running), None))
         node = job.nodes[0]
         wait_for("the copy to begin", lambda: ".tmp-" in sh(cluster, node, f"ls -a {AREA}/u1001").stdout, timeout=30)
         time.sleep(2)
-        assert sh(cluster, node, "pkill -KILL -f 'slurm-liquid agent'").returncode == 0
+        assert sh(cluster, node, "pkill -KILL -f 'slurm-liquid[ ]agent'").returncode == 0
         time.sleep(1)
-        assert sh(cluster, node, "pgrep -f slurm_liquid.staging.worker").stdout.strip() == ""   # went with it
+        assert sh(cluster, node, "pgrep -f 'slurm_liquid[.]staging[.]worker'").stdout.strip() == ""   # went with it
         key = key_of(1001, source, "copy")
         entries = sh(cluster, node, f"ls -a {AREA}/u1001").stdout.split()
         assert any(e.startswith(f".tmp-{key}") for e in entries) and not any(e.startswith(key) for e in entries), entries
