@@ -371,5 +371,5 @@ def start(cfg: StagingConfig, client: Any, node: str, spool_dir: str) -> Stager 
     except OSError as exc:
         log.warning("staging: off on this node: %s", exc)
         return None
-    log.info("staging: datasets into %s (quota %.0f GB, %d transfers)", cfg.dir, cfg.quota_gb, cfg.transfers)
+    log.info("staging: datasets into %s (quota %g GB, %d transfers)", cfg.dir, cfg.quota_gb, cfg.transfers)
     return stager
