@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 CLUSTER = HERE.parents[1] / "containers" / "cluster"
 NODES = ("gpu01", "gpu02", "gpu03", "gpu04")
 SPEC = "model=bert-base batch-size=64 seq-len=128"
+SPEC_ONE_GPU = "model=bert-large batch-size=32 seq-len=512 precision=amp"   # a whole GPU (bert-base would get a share)
 READER = r"""#!/bin/sh
 t0=$(date +%s.%N)
 data=${LIQUID_DATA:-$1}
@@ -134,7 +135,8 @@ def run_case(suite: str, name: str, jobs: int, gpus: int, staged: bool, wait_s: 
     ids, submitted = [], {}
     for i in range(jobs):
         shared = f"/shared/bench-ds-{i}"
-        comment = f"liquid: {SPEC} min-gpus={gpus} max-gpus={gpus}" + (f" dataset={shared}" if staged else "")
+        spec = SPEC_ONE_GPU if gpus == 1 else SPEC
+        comment = f"liquid: {spec} min-gpus={gpus} max-gpus={gpus}" + (f" dataset={shared}" if staged else "")
         # the shared path as an argument: `--export=ALL,NAME=value` makes slurmd 26.05.5 die in these containers
         ids.append(submit(suite, f"--gres=gpu:{gpus}", f"--comment={comment}", f"--output=/shared/bench-{name}-{i}.out",
                           "/shared/bench-reader.sh", shared))
@@ -163,12 +165,13 @@ def main() -> int:
     parser.add_argument("--iops", type=int, default=400, help="reads per second per node from the disk under /shared")
     parser.add_argument("--mbps", type=float, default=16.0, help="MB/s per node from the disk under /shared")
     parser.add_argument("--wait", type=int, default=40, help="seconds the waiting jobs wait for GPUs")
+    parser.add_argument("--wait-four", type=int, default=45, help="seconds the four waiting jobs wait for GPUs")
     parser.add_argument("--cases", default="at-once,waited,four-waited")
     args = parser.parse_args()
     make_datasets(args.suite, 4, args.files, args.size)
     cluster(args.suite, "slurmctld", "sh", "-c", f"cat > /shared/bench-reader.sh <<'EOF'\n{READER}EOF\nchmod 755 /shared/bench-reader.sh")
     rows: list[dict] = []
-    cases = {"at-once": (1, 4, 0), "waited": (1, 4, args.wait), "four-waited": (4, 1, args.wait)}
+    cases = {"at-once": (1, 4, 0), "waited": (1, 4, args.wait), "four-waited": (4, 1, args.wait_four)}
     try:
         throttle(args.suite, args.iops, int(args.mbps * 1e6))
         for case in args.cases.split(","):
@@ -179,7 +182,7 @@ def main() -> int:
         throttle(args.suite, 0, 0)
         restart_agents(args.suite, bench=False)
     out = {"args": vars(args), "rows": rows}
-    (HERE / "results.json").write_text(json.dumps(out, indent=1) + "\n")
+    (HERE / f"results-{args.cases.replace(',', '+')}.json").write_text(json.dumps(out, indent=1) + "\n")
     return 0
 
 

@@ -135,10 +135,12 @@ class Stager:
         for job in jobs:
             if job.is_finished or not (job.is_pending or job.is_running):
                 continue
-            want = wanted(job.comment)
-            if want is None or self.node not in nodes_of(job):
+            if self.node not in nodes_of(job):
                 continue
-            jw = self._job(job, want, now)
+            jw = self.jobs.get(job.job_id)
+            if jw is None:              # once known, a job stays (a later record may cut its spec short)
+                want = wanted(job.comment)
+                jw = self._job(job, want, now) if want is not None else None
             if jw is None:
                 continue
             seen.add(job.job_id)
@@ -248,10 +250,12 @@ class Stager:
             if path.exists() and path.read_text() == text:
                 return
             tmp = self.env_dir / f".{jw.job_id}.tmp"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as handle:
                 handle.write(text)
-            os.chmod(tmp, 0o644)
+            # root's file, readable by the job's group (the TaskProlog runs as the user); not theirs to edit
+            os.chown(tmp, 0 if os.geteuid() == 0 else -1, jw.user.gid)
+            os.chmod(tmp, 0o640)
             os.replace(tmp, path)
         except OSError as exc:
             self._once(f"cannot write {path}: {exc}")

@@ -37,6 +37,8 @@ class Wanted:
 def wanted(comment: str) -> Wanted | None:
     """The datasets a job's Comment names (its record's spec, or a `liquid:` comment); None when none
     or when the spec does not parse (the record's err= already says so)."""
+    if "dataset=" not in (comment or ""):      # most jobs: no parsing at all (the daemon asks every pass)
+        return None
     from slurm_liquid.jobspec import parse_comment, parse_directives
 
     record = Record.parse(comment)

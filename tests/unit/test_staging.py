@@ -301,6 +301,7 @@ def test_agent_stages_for_a_predicted_job_and_the_prolog_sees_it_then(area: Path
     stager.poll(slurm.jobs())
     env = area / "run" / "staged" / "7"
     assert env.read_text() == codec.env_lines([str(src), f"{area}/shared/missing"])     # shared paths until staged
+    assert (env.stat().st_uid, env.stat().st_gid, env.stat().st_mode & 0o777) == (0, 65534, 0o640)   # root's
     assert not (area / "run" / "staged" / "8").exists()                                  # predicted elsewhere
     while not stager.work.empty():
         stager.transfer(*stager.work.get())
@@ -364,3 +365,14 @@ def test_daemon_learns_holders_from_records_and_hints() -> None:
     waiting = Job(job_id=2, name="x", user="alice", state="PENDING", comment=Record(spec=spec).render())
     assert hints.prefer(waiting) == {"gpu03"}
     assert hints.prefer(Job(job_id=3, name="x", user="bob", state="PENDING", comment=Record(spec=spec).render())) == set()
+
+
+def test_staging_settings_are_checked() -> None:
+    from slurm_liquid.config import parse
+    from slurm_liquid.errors import UsageError
+
+    cfg = parse('[staging]\nenabled = true\ndir = "/scratch/stage"\nquota_gb = 500\ntransfers = 4\n').staging
+    assert (cfg.enabled, cfg.dir, cfg.quota_gb, cfg.transfers) == (True, "/scratch/stage", 500.0, 4)
+    for bad in ('dir = "relative"', "transfers = 0", "quota_gb = -1", "enabled = 1", "speed = 3"):
+        with pytest.raises(UsageError, match=r"\[staging\]"):
+            parse(f"[staging]\n{bad}\n")
