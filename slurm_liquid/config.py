@@ -104,12 +104,29 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
+class StagingConfig:
+    """Staging datasets to node-local disk before jobs start (slurm_liquid/staging, docs/staging.md)."""
+
+    enabled: bool = False              # the agents stage and the daemon predicts only when true
+    dir: str = "/var/tmp/slurm-liquid-staging"   # node-local staging area (root-owned; u<uid>/ per user)
+    quota_gb: float = 100.0            # all staged copies on a node together; LRU eviction beyond
+    max_files: int = 5_000_000         # per dataset
+    transfers: int = 2                 # concurrent copies per node
+    bandwidth_mb_s: float = 0.0        # cap per node over all transfers, MB/s (0: none)
+    timeout_s: float = 3600.0          # one dataset's copy
+    poll_s: float = 3.0                # how often the agent asks Slurm which jobs want data here
+    retry_s: float = 300.0             # a failed dataset is tried again after this
+    predict: bool = True               # the daemon names predicted nodes of jobs waiting for GPUs
+
+
+@dataclass(frozen=True)
 class Config:
     submit: SubmitConfig = field(default_factory=SubmitConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     estimate: EstimateConfig = field(default_factory=EstimateConfig)
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    staging: StagingConfig = field(default_factory=StagingConfig)
     path: str = ""
 
 
@@ -175,6 +192,9 @@ def validate(config: Config) -> Config:
         raise UsageError(f"{where}: [agent] gpu_source = {source!r}; choose nvml, none or standin:DIR")
     if config.agent.interval_s < 0.1:
         raise UsageError(f"{where}: [agent] interval_s must be at least 0.1")
+    st = config.staging   # [staging]
+    if not st.dir.startswith("/") or st.transfers < 1 or st.poll_s < 0.5:
+        raise UsageError(f"{where}: [staging] needs an absolute dir, transfers >= 1 and poll_s >= 0.5")
     d = config.daemon
     if d.lease_s < 2 * max(d.poll_s, d.heartbeat_s) or d.stale_after_s <= d.heartbeat_s:
         raise UsageError(f"{where}: [daemon] needs lease_s >= 2 x poll_s and heartbeat_s (renewals come in "

@@ -15,7 +15,7 @@ from slurm_liquid.ledger import Record, Tag, Usage
 
 LABELS = {"mode": "submission mode", "est": "estimate", "asked": "asked Slurm for", "set": "changed to",
           "placed": "placed on", "would": "would place on (shadow)", "slurm": "Slurm placed it on",
-          "err": "error in the job spec", "note": "note"}
+          "err": "error in the job spec", "note": "note", "staged": "staged"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +43,11 @@ def explain(job, config) -> dict:
         return out
     out["fields"] = dict(record.fields)
     out["spec"] = record.spec
-    if record.spec and "err" not in record.fields:
+    if record.get("staged"):   # staging (slurm_liquid/staging): what was on local disk, and when
+        from slurm_liquid.ledger.staging import describe
+        out["staged"] = describe(record.get("staged"), job.start_time.timestamp() if job.start_time else None)
+    # a staging error (err=dataset:...) says nothing against the spec: re-estimate anyway
+    if record.spec and (record.get("err") or "dataset:").startswith("dataset:"):
         from slurm_liquid.estimate.api import estimate
 
         try:
@@ -77,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"  record: {out['record']}")
     for key, value in out["fields"].items():
         print(f"  {LABELS.get(key, key):24s} {value}")
+    for line in out.get("staged", []):
+        print(f"  {'staged (node-local)':24s} {line}")
     if out.get("spec"):
         print(f"  {'job spec':24s} {out['spec']}")
     if out.get("tag"):

@@ -148,6 +148,20 @@ def _signal(text: str) -> str:
     return f"{match.group(3)}@{match.group(5) or 60}"
 
 
+def _datasets(text: str) -> str:
+    """`/shared/imagenet[,/shared/extra.tar]`: absolute paths of datasets to stage (slurm_liquid/staging).
+    Plain characters only: the node agent writes them into the TaskProlog's `export` lines."""
+    import posixpath
+
+    paths = [p for p in str(text).strip().split(",") if p]
+    if not 1 <= len(paths) <= 4:
+        raise ValueError(f"{text!r}: give 1 to 4 comma-separated paths")
+    for path in paths:
+        if not path.startswith("/") or len(path) > 200 or not re.fullmatch(r"[A-Za-z0-9_./+@%:~-]+", path):
+            raise ValueError(f"{path!r} is not an absolute path of plain characters (at most 200)")
+    return ",".join(posixpath.normpath(p) for p in paths)
+
+
 def _norm_word(text: str) -> str:
     return str(text).strip().lower().replace("_", "-")
 
@@ -265,6 +279,10 @@ KEYS: dict[str, Key] = {k.name: k for k in (
     Key("elastic", _gpu_range, "MIN:MAX GPUs: opts in to resizing while running (sets min-gpus and max-gpus)"),
     Key("signal", _signal, "elastic: checkpoint signal and seconds it needs, USR1@60 (sbatch --signal syntax)"),
     Key("gpus", _ranged(1, 4096), "GPUs the job asked Slurm for"),
+    # staging (slurm_liquid/staging): the node agents copy these to node-local disk before the job starts
+    Key("dataset", _datasets, "dataset(s) to stage on the job's nodes: /shared/data[,/shared/more.tar] (LIQUID_DATA)"),
+    Key("stage", _choice({"copy": "copy", "untar": "untar", "extract": "untar"}), "how to stage a dataset: copy, untar"),
+    Key("stage-size", _ranged(1, 1e15), "size hint of the datasets in bytes (20G): over the node quota, no walk"),
     Key("gpu-type", _name, "GPU type wanted or present (h100, a100-40gb, NVIDIA A100-SXM4-40GB)"),
 )}
 
@@ -326,6 +344,9 @@ class JobSpec:
     signal: str | None = None
     gpus: int | None = None
     gpu_type: str | None = None
+    dataset: str | None = None
+    stage: str | None = None
+    stage_size: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: tuple[str, ...] = field(default=(), compare=False)
 

@@ -331,6 +331,9 @@ def run(args: argparse.Namespace) -> int:
     state = Path(cfg.state_file)
     agent.restore(state)
     threading.Thread(target=agent.record_forever, name="recorder", daemon=True).start()
+    if config.staging.enabled:   # staging (slurm_liquid/staging): its own threads, never in this loop
+        from slurm_liquid.staging.agent import start as start_staging
+        start_staging(config.staging, client, node, cfg.spool_dir)
     metrics = _metrics(cfg.metrics_port, agent)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -36,6 +36,7 @@ from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
 from slurm_liquid.placement.slurm_rules import job_view, per_gpu
 from slurm_liquid.slurm import Job, Node, SlurmClient, SlurmError
+from slurm_liquid.staging.predict import StagingHints
 from slurm_liquid.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ class Admitter:
         self._records: dict[int, Record] = {}
         self._stranded: set[int] = set()
         self._total_gpus = 0
+        # staging (slurm_liquid/staging): predicted nodes of waiting jobs, data holders as a tie-breaker
+        self.staging = StagingHints(config, client, self.topology, now)
 
     # ------------------------------------------------------------ one pass
 
@@ -120,6 +123,10 @@ class Admitter:
         held.sort(key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         if self.config.daemon.mode == "enforce":
             self._place_held(held, state, nodes, report)
+        try:   # staging: hints for the jobs left waiting (a failure costs the hints, never the pass)
+            self.staging.after_pass(jobs, state, report)
+        except Exception as exc:  # noqa: BLE001
+            report.errors.append(f"staging hints failed: {type(exc).__name__}: {exc}")
         return report
 
     def _guard(self, job: Job, report: PassReport, action: Callable, *args) -> object:
@@ -184,7 +191,8 @@ class Admitter:
 
     def _request(self, job: Job) -> PlacementRequest:
         per_node = job.gpus_per_node if job.gpus_per_node and job.gpus % job.gpus_per_node == 0 else None
-        return PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type)
+        return PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type,
+                                prefer=self.staging.prefer(job))   # staging: data holders break ties
 
     def _place_shards(self, job: Job, nodes: Mapping[str, Node], state: ClusterState, age: float,
                       report: PassReport) -> ClusterState:

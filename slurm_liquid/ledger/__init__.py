@@ -7,6 +7,7 @@
 | `Record` (record.py) | Comment | cli_filter helper, the daemon | no: the job's owner can edit it at any time |
 | `Placed` (placed.py) | inside the tag and the record | the daemon | as the field it is in |
 | opt-in rule (optin.py) | Comment, batch script | the user | the user's own choice |
+| staging (staging.py): datasets, `staged=`, `liquid-stage/1` hint | Comment / AdminComment | user / daemon | claim / yes |
 
 Limits (limits.py) bound every field and every user text the root loops read. The Lua plugins carry
 copies of the constants they need in a generated block that a unit test compares with `lua_block()`.

@@ -38,6 +38,7 @@ class PlacementRequest:
     gpus: int
     gpus_per_node: int | None = None
     gpu_type: str | None = None
+    prefer: frozenset[str] = frozenset()   # nodes that hold the job's data (staging): a tie-breaker only
 
     def __post_init__(self) -> None:
         if self.gpus <= 0:

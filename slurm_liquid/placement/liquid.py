@@ -46,22 +46,26 @@ class LiquidBestFit(IndexedPlacer):
     def select(self, snap: Snapshot, cap: np.ndarray, request: PlacementRequest) -> Allocation:
         need = request.gpus
         if request.gpus_per_node in (None, need):
-            single = self._single_node(snap, cap, need)
+            single = self._single_node(snap, cap, need, request.prefer)
             if single is not None:
                 return single
         subcap = self.tree.switch_capacity(cap)
-        best: tuple[float, Allocation] | None = None
+        best: tuple[float, int, Allocation] | None = None
         for switch in lowest_switches(self.tree, subcap, need, self.candidates).tolist():
             for mode in ("pack", "concentrate"):  # on a tie, keep whole nodes free
                 allocation = fill_switch(self.tree, snap, cap, subcap, switch, need, mode)
                 score = self.score(snap, allocation)
-                if best is None or score < best[0] - 1e-12:
-                    best = (score, allocation)
+                # on an equal score, the allocation with more nodes that hold the job's data (staging)
+                held = sum(self.tree.names[i] in request.prefer for i in allocation)
+                if best is None or score < best[0] - 1e-12 or (score <= best[0] + 1e-12 and held > best[1]):
+                    best = (score, held, allocation)
         assert best is not None  # the root holds every GPU, and no_room_reason passed
-        return best[1]
+        return best[2]
 
-    def _single_node(self, snap: Snapshot, cap: np.ndarray, need: int) -> Allocation | None:
-        """The fullest node that fits (its score is just its load); ties go to the fullest leaf."""
+    def _single_node(self, snap: Snapshot, cap: np.ndarray, need: int,
+                     prefer: frozenset[str] = frozenset()) -> Allocation | None:
+        """The fullest node that fits (its score is just its load); ties go to the fullest leaf, then to
+        a node that holds the job's data (staging)."""
         fits = cap >= need
         if not fits.any():
             return None
@@ -69,5 +73,6 @@ class LiquidBestFit(IndexedPlacer):
         ties = np.flatnonzero(idle == idle.min())
         if ties.size > 1:
             leaf_free = self.tree.switch_capacity(snap.free)[self.tree.leaf[ties]]
-            ties = ties[np.argsort(leaf_free, kind="stable")]
+            lacks = np.array([self.tree.names[i] not in prefer for i in ties])
+            ties = ties[np.lexsort((lacks, leaf_free))]
         return {int(ties[0]): need}

@@ -165,7 +165,7 @@ def test_key_spellings_are_one_key(pair):
              "sharding": "fsdp", "checkpointing": "true", "deadline": "48h", "gpu-type": "h100",
              "image-size": "224", "attention": "sdpa", "adapter": "lora", "offload": "optimizer",
              "mode": "inference", "follows-allocation": "true", "hf-config": "config.json", "hidden": "64",
-             "intermediate": "256"}.get(key, "4")
+             "intermediate": "256", "dataset": "/shared/x", "stage": "copy"}.get(key, "4")
     assert parse_directives(f"#LIQUID {spelling}={value}") == parse_directives(f"#LIQUID {key}={value}")
 
 
