@@ -562,6 +562,10 @@ _BARE_FLAGS = {"fp16": ("precision", "fp16"), "bf16": ("precision", "bf16"),
                "use-flash-attention-2": ("attention", "flash"), "flash-attention": ("attention", "flash"),
                "use-flash-attention": ("attention", "flash"), "sdpa": ("attention", "sdpa"),
                "offload-optimizer": ("offload", "optimizer"), "cpu-offload": ("offload", "params")}
+# Lines worth splitting for training flags: a cheap look first (shlex is slow), and only so many.
+_LAUNCHER_WORD = re.compile(r"python|torchrun|deepspeed|accelerate|horovodrun|mpirun|srun|lightning|composer|\.py\b")
+MAX_COMMAND_LINES = 64
+MAX_DIRECTIVE_LINES = 256
 _LAUNCHERS = re.compile(r"(^|/)(python[0-9.]*|torchrun|deepspeed|accelerate|horovodrun|"
                         r"mpirun|srun|lightning|composer)$")
 
@@ -650,17 +654,27 @@ def parse_script(text: str) -> JobSpec:
     requests and the training command's flags (inferred, gaps only)."""
     explicit, sbatch, inferred = _Layer(strict=True), _Layer(strict=False), _Layer(strict=False)
     in_header = True
+    directives = commands = 0
     for number, line in _bounded_lines(text, inferred.notes):
         body = line.strip()
         where = f"line {number}"
         if body.upper().startswith("#LIQUID"):
+            directives += 1
+            if directives > MAX_DIRECTIVE_LINES:
+                raise UsageError(f"{where}: more than {MAX_DIRECTIVE_LINES} #LIQUID lines")
             for key, value in _pairs(_split(body[len("#LIQUID"):], where), where):
                 explicit.add(key, value, where)
         elif body.startswith("#SBATCH") and in_header:
             _sbatch_into(explicit, sbatch, body[len("#SBATCH"):], where)
         elif body and not body.startswith("#"):
             in_header = False  # sbatch stops reading #SBATCH at the first command
-            _command_into(inferred, body, where)
+            if _LAUNCHER_WORD.search(body):
+                commands += 1
+                if commands == MAX_COMMAND_LINES + 1:
+                    inferred.notes.append(f"read the training command of the first {MAX_COMMAND_LINES} "
+                                          "launcher lines only")
+                if commands <= MAX_COMMAND_LINES:
+                    _command_into(inferred, body, where)
     return explicit.spec().merged(sbatch.spec(), inferred.spec())
 
 

@@ -193,3 +193,7 @@ def test_the_script_parser_is_bounded_and_linear() -> None:
     assert spec.epochs is None and any("first" in n for n in spec.notes)
     with pytest.raises(UsageError, match="characters"):
         parse_script("#LIQUID model=" + "x" * (MAX_LINE_CHARS + 1))
+    with pytest.raises(UsageError, match="#LIQUID lines"):
+        parse_script("#LIQUID model=resnet50\n" * 300)
+    spec = parse_script(head + "python train.py 'x\n" * 100 + "python train.py --bs 64\n")
+    assert spec.batch_size is None and any("launcher lines only" in n for n in spec.notes)
