@@ -196,4 +196,4 @@ def test_the_script_parser_is_bounded_and_linear() -> None:
     with pytest.raises(UsageError, match="#LIQUID lines"):
         parse_script("#LIQUID model=resnet50\n" * 300)
     spec = parse_script(head + "python train.py 'x\n" * 100 + "python train.py --bs 64\n")
-    assert spec.batch_size is None and any("launcher lines only" in n for n in spec.notes)
+    assert spec.micro_batch is None and any("launcher lines only" in n for n in spec.notes)
