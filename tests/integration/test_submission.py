@@ -129,8 +129,9 @@ def _nodes(placed: str) -> list[str]:
 
 
 def test_adjust_rewrites_the_request_and_says_so(cluster: Cluster, daemon_running: None) -> None:
-    write(cluster, "/shared/adjust.sh", script("sleep 1", "#LIQUID model=bert-large batch-size=32 seq-len=512 precision=amp\n",
-                                               "#SBATCH --gres=gpu:4\n"))
+    # Adjust mode resizes only a job whose launcher follows the allocation with a fixed global batch.
+    write(cluster, "/shared/adjust.sh", script("sleep 1", "#LIQUID model=bert-large batch-size=32 seq-len=512 precision=amp "
+                                               "attention=eager follows-allocation\n", "#SBATCH --gres=gpu:4\n"))
     job_id, said = sbatch(cluster, "alice", "/shared/adjust.sh")
     lines = [line for line in said.splitlines() if "slurm-liquid" in line]
     assert len(lines) == 1 and "adjusted gpu:4 -> --gres=gpu:1" in lines[0], said
