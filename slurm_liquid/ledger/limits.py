@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Iterator
 
 from slurm_liquid.errors import LiquidError
 
@@ -16,6 +17,7 @@ MAX_LEASE_S = 3600              # a hold lease can never be longer (job_submit.l
 MAX_CLOCK_SKEW_S = 60           # an at= time further in the future than this is not believed
 
 _UNSAFE = re.compile(r"[|=\"'\\;]")
+_KEY = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
 
 
 class LedgerError(LiquidError):
@@ -26,3 +28,18 @@ def clean(value: object) -> str:
     """One word: white space becomes '-', characters that would break a field are dropped."""
     text = "-".join(str(value).split())
     return _UNSAFE.sub("", text)[:WORD_LIMIT]
+
+
+def segments(text: str | None, version: str) -> Iterator[dict[str, str]]:
+    """The `key=value` words of each `;`-separated segment of an AdminComment that starts with
+    `version` (the first value of a key wins; words that are not key=value are passed over)."""
+    for segment in (text or "").split(";"):
+        words = segment.split()
+        if not words or words[0] != version:
+            continue
+        values: dict[str, str] = {}
+        for word in words[1:]:
+            key, sep, value = word.partition("=")
+            if sep and _KEY.fullmatch(key):
+                values.setdefault(key, value)
+        yield values

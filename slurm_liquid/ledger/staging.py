@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import hostlist
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.ledger.limits import COMMENT_LIMIT, LedgerError
+from slurm_liquid.ledger.limits import COMMENT_LIMIT, LedgerError, segments
 from slurm_liquid.ledger.placed import expand_nodes
 from slurm_liquid.ledger.record import Record
 
@@ -70,11 +70,7 @@ class Hint:
 
     @classmethod
     def parse(cls, admin_comment: str) -> "Hint | None":
-        for segment in (admin_comment or "").split(";"):
-            words = segment.split()
-            if not words or words[0] != HINT_VERSION:
-                continue
-            values = dict(w.partition("=")[::2] for w in words[1:])
+        for values in segments(admin_comment, HINT_VERSION):
             try:
                 nodes = tuple(expand_nodes(values.get("nodes", "")))
                 return cls(nodes, int(values.get("at", "0")))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Mapping
 
-from slurm_liquid.ledger.limits import COMMENT_LIMIT, MAX_CLOCK_SKEW_S, VERSION, LedgerError, clean
+from slurm_liquid.ledger.limits import COMMENT_LIMIT, MAX_CLOCK_SKEW_S, VERSION, LedgerError, clean, segments
 from slurm_liquid.ledger.placed import Placed
 
 
@@ -166,15 +166,7 @@ class Tag:
     @classmethod
     def parse(cls, text: str) -> "Tag | None":
         """The tag in an AdminComment (other segments, an admin's note or the usage, are not it)."""
-        for segment in (text or "").split(";"):
-            words = segment.split()
-            if not words or words[0] != VERSION:
-                continue
-            values: dict[str, str] = {}
-            for word in words[1:]:
-                key, sep, value = word.partition("=")
-                if sep and _KEY.fullmatch(key):
-                    values.setdefault(key, value)
+        for values in segments(text, VERSION):
             try:
                 state = TagState(values.get("state", ""))
             except ValueError:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import hostlist
 
-from slurm_liquid.ledger.limits import COMMENT_LIMIT, LedgerError, clean
+from slurm_liquid.ledger.limits import COMMENT_LIMIT, LedgerError, clean, segments
 from slurm_liquid.ledger.placed import expand_nodes
 
 USAGE_VERSION = "liquid-used/1"
@@ -46,11 +46,7 @@ class Usage:
     @classmethod
     def parse(cls, text: str) -> "Usage | None":
         """The usage segment of an AdminComment, or None (absent or malformed: never half-trusted)."""
-        for segment in (text or "").split(";"):
-            words = segment.split()
-            if not words or words[0] != USAGE_VERSION:
-                continue
-            values = dict(w.partition("=")[::2] for w in words[1:])
+        for values in segments(text, USAGE_VERSION):
             try:
                 return cls(by=values["by"], gpus=_int(values["gpus"]), peak_mib=_int(values["peak"]),
                            util=None if values["util"] == "-" else _num(values["util"]),
@@ -92,7 +88,7 @@ def _num(text: str) -> float:
 
 def with_usage(admin_comment: str, usage: Usage) -> str:
     """The AdminComment with this node's usage merged into the job's usage segment (tag and others kept)."""
-    segments = [s.strip() for s in (admin_comment or "").split(";") if s.strip()]
+    parts = [s.strip() for s in (admin_comment or "").split(";") if s.strip()]
     current = Usage.parse(admin_comment)
     if current is None or set(current.nodes) == set(usage.nodes):
         merged = usage               # first node, or the same node(s) again: the newer reading wins
@@ -100,7 +96,7 @@ def with_usage(admin_comment: str, usage: Usage) -> str:
         merged = current             # already counted (a retried write): aggregates cannot be subtracted
     else:
         merged = current.merged(usage)
-    kept = [s for s in segments if s.split()[0] != USAGE_VERSION]
+    kept = [s for s in parts if s.split()[0] != USAGE_VERSION]
     return _fit([*kept, merged.render()])
 
 
