@@ -33,16 +33,33 @@ def _merge(penalty: int) -> dict | None:
     return {"restart_penalty": rl["restart_penalty"], "policies": pol}
 
 
+def bound_of(penalty: float, scaling: bool = False, res: dict | None = None) -> float | None:
+    """The LP lower bound (bound.py) on the 8 workloads: from `res` (evaluate.py --bound) or from
+    runs/bound[-bs]-pP.json (bound.py --out)."""
+    if res and "lp_bound" in res:
+        return res["lp_bound"]["avg_jct_s"]
+    got = _load(f"runs/bound{'-bs' if scaling else ''}-p{penalty:g}.json")
+    return got["avg_jct_s"] if got else None
+
+
+def _ratio(jct: float, bound: float | None) -> str:
+    return f"{jct / bound:.2f}x" if bound else ""
+
+
 def _table(res: dict, reference: str = "dl2") -> list[str]:
     pol = res["policies"]
     ref = pol.get(reference)
-    lines = ["| policy | mean JCT (s) | mean JCT (h) | restarts | DL2 vs this |", "|---|---|---|---|---|"]
+    bound = bound_of(res["restart_penalty"], False, res)
+    lines = ["| policy | mean JCT (s) | mean JCT (h) | restarts | DL2 vs this | / LP bound |", "|---|---|---|---|---|---|"]
     for label, row in pol.items():
         vs = f"{(ref['avg_jct_s'] / row['avg_jct_s'] - 1):+.1%}" if ref and label != reference else ""
-        lines.append(f"| {label} | {row['avg_jct_s']:.1f} | {row['avg_jct_s'] / 3600:.3f} | {row['restarts']} | {vs} |")
+        lines.append(f"| {label} | {row['avg_jct_s']:.1f} | {row['avg_jct_s'] / 3600:.3f} | {row['restarts']} | {vs} | "
+                     f"{_ratio(row['avg_jct_s'], bound)} |")
     if ref and res["restart_penalty"] == 30.0:
         lines.append(f"| Pollux (published) | {POLLUX_PUBLISHED:.1f} | {POLLUX_PUBLISHED / 3600:.3f} | | "
-                     f"{ref['avg_jct_s'] / POLLUX_PUBLISHED - 1:+.1%} |")
+                     f"{ref['avg_jct_s'] / POLLUX_PUBLISHED - 1:+.1%} | {_ratio(POLLUX_PUBLISHED, bound)} |")
+    if bound:
+        lines.append(f"| LP lower bound (`bound.py`) | {bound:.1f} | {bound / 3600:.3f} | | | 1.00x |")
     return lines
 
 
@@ -91,17 +108,22 @@ def _scaling(penalty: int, fixed: dict) -> list[str]:
     if res is None:
         return []
     drf = fixed["policies"].get("drf")
+    bound = bound_of(penalty, True, res)
     lines = [f"Jobs that scale their own batch (`evaluate.py --batch-scaling`), restart penalty {penalty} s:", "",
-             "| policy | mean JCT (s) | restarts | vs DRF, same jobs | vs DRF at fixed batch |", "|---|---|---|---|---|"]
+             "| policy | mean JCT (s) | restarts | vs DRF, same jobs | vs DRF at fixed batch | / LP bound |",
+             "|---|---|---|---|---|---|"]
     base = res["policies"].get("drf")
     names = {"dl2": "dl2 shipped (trained/)", "dl2-bs": "dl2 trained with scaling jobs (runs/rl-bs)"}
     for label, row in res["policies"].items():
         same = f"{row['avg_jct_s'] / base['avg_jct_s'] - 1:+.1%}" if base and label != "drf" else ""
         old = f"{row['avg_jct_s'] / drf['avg_jct_s'] - 1:+.1%}" if drf else ""
-        lines.append(f"| {names.get(label, label)} | {row['avg_jct_s']:.1f} | {row['restarts']} | {same} | {old} |")
+        lines.append(f"| {names.get(label, label)} | {row['avg_jct_s']:.1f} | {row['restarts']} | {same} | {old} | "
+                     f"{_ratio(row['avg_jct_s'], bound)} |")
     if penalty == 30 and base and drf:  # Pollux co-adapts GPUs and batch: the row to compare with
         lines.append(f"| Pollux (published) | {POLLUX_PUBLISHED:.1f} | | {POLLUX_PUBLISHED / base['avg_jct_s'] - 1:+.1%} | "
-                     f"{POLLUX_PUBLISHED / drf['avg_jct_s'] - 1:+.1%} |")
+                     f"{POLLUX_PUBLISHED / drf['avg_jct_s'] - 1:+.1%} | {_ratio(POLLUX_PUBLISHED, bound)} |")
+    if bound:
+        lines.append(f"| LP lower bound (`bound.py --batch-scaling`) | {bound:.1f} | | | | 1.00x |")
     if drf:
         lines += ["", f"DL2's claimed cut of {PAPER['drf']:.1%} below DRF at fixed batch means a mean JCT of "
                       f"{drf['avg_jct_s'] * (1 - PAPER['drf']):.0f} s here."]
