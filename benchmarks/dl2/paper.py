@@ -34,7 +34,22 @@ def main() -> int:
     ap.add_argument("--policies", default="drf,optimus,drf-best-split")
     ap.add_argument("--policy-file", help="DL2 PS/worker policy for --policies ...,dl2 (default: the shipped one)")
     ap.add_argument("--out")
+    ap.add_argument("--train", metavar="OUT.npz", help="instead: a supervised warm-up of the PS/worker DL2 on "
+                    "--teacher's decisions, traces 0..--train-seeds-1 of the first of --settings, written to OUT.npz")
+    ap.add_argument("--teacher", default="drf-best-split", help="drf, optimus or drf-best-split")
+    ap.add_argument("--train-seeds", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=5)
     args = ap.parse_args()
+    if args.train:
+        from slurm_liquid.policy.dl2.io import save_policy
+        from slurm_liquid.policy.dl2.psworker import PS_FEATURES, warmup
+        from slurm_liquid.sim.paper import make_paper_policy
+
+        setting = SETTINGS[args.settings.split(",")[0]]
+        params, meta = warmup(setting, make_paper_policy(args.teacher), range(args.train_seeds), args.epochs)
+        save_policy(args.train, params, meta, features=PS_FEATURES)
+        print(json.dumps(meta["training"]))
+        return 0
     policies = [p for p in args.policies.split(",") if p]
     out: dict = {"seeds": list(range(args.first, args.first + args.seeds)), "settings": {}}
     for name in args.settings.split(","):

@@ -82,7 +82,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
 def batch(steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pad states to a common row count: x (B, R, D), present, valid (B, R), actions (B,)."""
     rows = max(len(s.x) for s in steps)
-    x = np.zeros((len(steps), rows, FEATURES))
+    x = np.zeros((len(steps), rows, steps[0].x.shape[1]))  # FEATURES, or the PS/worker policy's width
     present = np.zeros((len(steps), rows), dtype=bool)
     valid = np.zeros((len(steps), rows), dtype=bool)
     actions = np.zeros(len(steps), dtype=int)
