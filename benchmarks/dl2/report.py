@@ -130,6 +130,55 @@ def _scaling(penalty: int, fixed: dict) -> list[str]:
     return lines + [""]
 
 
+def _bounds() -> list[str]:
+    """bound.py on the 8 workloads, each setting, with each policy's ratio to it."""
+    lines = []
+    for scaling in (False, True):
+        for penalty in (30, 150):
+            got = _load(f"runs/bound{'-bs' if scaling else ''}-p{penalty}.json")
+            if got:
+                per = ", ".join(f"{k.split('-')[-1]}: {v:.0f}" for k, v in got["workloads"].items())
+                lines.append(f"| {penalty} s | {'scaling' if scaling else 'fixed'} | {got['avg_jct_s']:.1f} | {per} |")
+    if not lines:
+        return []
+    return ["## LP lower bound (`bound.py`)", "",
+            "A linear-programming relaxation (formulation in `bound.py` and `notes.md`); every table above divides by it.", "",
+            "| restart penalty | batch | mean over the 8 workloads (s) | per workload (s) |", "|---|---|---|---|"] + lines + [""]
+
+
+def _paper() -> list[str]:
+    """benchmarks/dl2/paper.py: the replica of the DL2 paper's setting."""
+    res = _load("runs/paper.json")
+    if res is None:
+        return []
+    from paper import PAPER, RERUN
+
+    lines = ["## Replica of the DL2 paper's setting (`paper.py`, `slurm_liquid/sim/paper.py`)", "",
+             f"Mean JCT over {len(res['seeds'])} held-out traces (seeds {res['seeds'][0]}-{res['seeds'][-1]}) per setting; "
+             "'re-run' is a Python re-run of the artifact's own baselines against its DRF.", "",
+             "| setting | policy | mean JCT (h) | vs DRF | re-run vs its DRF | paper vs DRF |", "|---|---|---|---|---|---|"]
+    for name, st in res["settings"].items():
+        m = st["avg_jct_s"]
+        for p, v in m.items():
+            rerun, paper = RERUN.get(name, {}).get(p), PAPER.get(p)
+            lines.append(f"| {name} | {p} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | "
+                         f"{'' if rerun is None else f'{rerun:+.1%}'} | {'' if paper is None else f'{paper:+.1%}'} |")
+    return lines + [""]
+
+
+def _generalise() -> list[str]:
+    """benchmarks/dl2/generalise.py runs: held-out Philly workloads at loads 0.5-2.0."""
+    from generalise import table
+
+    lines = []
+    for p in sorted(HERE.glob("runs/generalise*.json")):
+        res = json.loads(p.read_text())
+        if res.get("cells"):
+            lines += [f"`{p.relative_to(HERE)}` ({len(res['seeds'])} seeds from {res['seeds'][0]}), mean JCT (s):", ""]
+            lines += table(res["cells"]) + [""]
+    return (["## Generalisation: held-out Philly workloads by load (`generalise.py`)", ""] + lines) if lines else []
+
+
 def _plot(results: list[dict]) -> str | None:
     try:
         import matplotlib
@@ -231,6 +280,10 @@ def main() -> None:
             if s:
                 lines += [f"Learning curve `{prefix}.png`: {s}", "", f"![{prefix}]({prefix}.png)", ""]
         lines += _scaling(penalty, res) + _held_out(penalty, scaling=True)
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    lines += _bounds() + _paper() + _generalise()
     abl = _ablation_rows()
     if abl:
         lines += ["## Ablations (restart penalty 30 s, validation on 4 held-out Philly samples)", "",
