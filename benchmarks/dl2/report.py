@@ -157,10 +157,13 @@ def _paper() -> list[str]:
              f"Mean JCT over {len(res['seeds'])} held-out traces (seeds {res['seeds'][0]}-{res['seeds'][-1]}) per setting; "
              "'re-run' is a Python re-run of the artifact's own baselines against its DRF.", "",
              "| setting | policy | mean JCT (h) | vs DRF | re-run vs its DRF | paper vs DRF |", "|---|---|---|---|---|---|"]
+    extra = _load("runs/paper-dl2-warmup-small.json")  # the shipped PS/worker DL2, same held-out seeds
     for name, st in res["settings"].items():
-        m = st["avg_jct_s"]
+        m = dict(st["avg_jct_s"])
+        if extra and extra["seeds"] == res["seeds"] and name in extra["settings"]:
+            m["dl2 (shipped: warm-up on drf-best-split)"] = extra["settings"][name]["avg_jct_s"]["dl2"]
         for p, v in m.items():
-            rerun, paper = RERUN.get(name, {}).get(p), PAPER.get(p)
+            rerun, paper = RERUN.get(name, {}).get(p), PAPER.get(p.split(" ")[0])
             lines.append(f"| {name} | {p} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | "
                          f"{'' if rerun is None else f'{rerun:+.1%}'} | {'' if paper is None else f'{paper:+.1%}'} |")
     return lines + [""]

@@ -88,3 +88,12 @@ def test_files_of_the_other_action_space_are_refused(tmp_path) -> None:
                         features=W.PS_FEATURES)
     with pytest.raises(UsageError, match="not a PS/worker"):
         W.make_psworker_dl2(wrong)
+
+
+def test_shipped_small_policy_loads_for_the_small_setting() -> None:
+    st = replace(P.SETTINGS["dl2-paper-small"], nodes=6, jobs=8)  # same name: the shipped file is chosen by it
+    res = P.PaperRun(st, P.paper_trace(st, 0)).run(P.make_paper_policy("dl2"))
+    assert len(res.jcts) == 8
+    large = replace(P.SETTINGS["dl2-paper-large"], nodes=6, jobs=8)
+    with pytest.raises(UsageError, match="no DL2 policy trained for dl2-paper-large"):
+        P.PaperRun(large, P.paper_trace(large, 0)).run(P.make_paper_policy("dl2"))
