@@ -28,7 +28,7 @@ import numpy as np
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2.agent import Step
-from slurm_liquid.policy.dl2.net import NEG, Params, forward, init_params
+from slurm_liquid.policy.dl2.net import Params, forward, init_params
 
 ROLES = ("worker", "ps", "bundle")
 N_TYPES = 8
@@ -240,7 +240,7 @@ def new_psworker_params(hidden: int = 64, layers: int = 2, seed: int = 0) -> Par
 
 
 __all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2", "load_psworker",
-           "teacher_steps", "new_psworker_params", "NEG"]
+           "teacher_steps", "new_psworker_params", "warmup"]
 
 
 def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int = 64, layers: int = 2,
