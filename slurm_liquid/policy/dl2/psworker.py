@@ -13,8 +13,9 @@ table) and the cluster's free CPU and GPU; the stop row has only the cluster par
 Before the network acts, every active job gets one bundle in arrival order while the cluster takes
 it (the artifact's ASSIGN_BUNDLE: no job starves), exactly the first round of the artifact's DRF.
 
-Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions in the replica (the
-artifact's DRF, or DRF's task counts with the best split), turned into this action sequence.
+Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions
+in the replica (the artifact's DRF, its Optimus, or DRF's task counts with the best split), turned
+into this action sequence.
 Reinforcement learning on this action space is left for later.
 """
 
