@@ -177,7 +177,17 @@ def _generalise() -> list[str]:
     for p in sorted(HERE.glob("runs/generalise*.json")):
         res = json.loads(p.read_text())
         if res.get("cells"):
-            lines += [f"`{p.relative_to(HERE)}` ({len(res['seeds'])} seeds from {res['seeds'][0]}), mean JCT (s):", ""]
+            cells = res["cells"]
+
+            def values(key):
+                return ",".join(sorted({format(c[key], "g") for c in cells}, key=float))
+
+            modes = ",".join(sorted({"scaling" if c["scaling"] else "fixed" for c in cells}))
+            opts = (f"--loads {values('load')} --seeds {len(res['seeds'])} --penalties {values('penalty')} "
+                    f"--modes {modes}" + ("" if "lp-bound" in cells[0]["avg_jct_s"] else " --no-bound"))
+            lines += [f"`{p.relative_to(HERE)}` ({len(res['seeds'])} seeds from {res['seeds'][0]}; "
+                      f"`nice python benchmarks/dl2/generalise.py {opts} --out benchmarks/dl2/{p.relative_to(HERE)}`), "
+                      "mean JCT (s):", ""]
             lines += table(res["cells"]) + [""]
     return (["## Generalisation: held-out Philly workloads by load (`generalise.py`)", ""] + lines) if lines else []
 
