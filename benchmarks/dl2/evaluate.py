@@ -9,6 +9,9 @@ restarts and wall time. Baselines (drf, optimus, tiresias, fifo) run in the same
 With `--philly N` the workloads are instead N held-out Philly samples (160 jobs each, seeds
 30000 on: drawn like the 8, used by no training or RL validation run). That is where a new policy
 is compared with the shipped one before it replaces it, so that the 8 stay a test set.
+
+With `--bound` the LP lower bound of `bound.py` is computed for the same workloads and stored as
+`lp_bound` (mean and per workload); every policy's `x_bound` is its mean JCT over that bound.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ def main() -> int:
                     help="evaluate on N held-out Philly samples instead of the 8 Pollux workloads")
     ap.add_argument("--batch-scaling", action="store_true",
                     help="jobs pick their own goodput-best batch (ClusterConfig.batch_scaling)")
+    ap.add_argument("--bound", action="store_true", help="also compute the LP lower bound (bound.py) per workload")
     ap.add_argument("--out", required=True)
     ap.add_argument("policies", nargs="*", metavar="LABEL=FILE")
     args = ap.parse_args()
@@ -57,6 +61,13 @@ def main() -> int:
         label, _, path = item.partition("=")
         entries.append((label, lambda path=path: make_policy("dl2", None, speed, policy_file=path)))
     out = {"restart_penalty": args.penalty, "batch_scaling": args.batch_scaling, "workloads": sorted(workloads), "policies": {}}
+    if args.bound:
+        sys.path.insert(0, str(Path(__file__).parent))
+        from bound import lp_bound
+
+        per = {name: lp_bound(specs, config) for name, specs in workloads.items()}
+        out["lp_bound"] = {"avg_jct_s": statistics.fmean(per.values()), "workloads": per}
+        print(f"{'lp-bound':<14} {out['lp_bound']['avg_jct_s']:9.1f} s", file=sys.stderr, flush=True)
     for label, build in entries:
         t0 = time.perf_counter()
         policy = build()
@@ -66,6 +77,8 @@ def main() -> int:
                "restarts": sum(r.restarts for r in per.values()),
                "workloads": {n: r.avg_jct_s for n, r in per.items()},
                "wall_s": time.perf_counter() - t0}
+        if "lp_bound" in out:
+            row["x_bound"] = row["avg_jct_s"] / out["lp_bound"]["avg_jct_s"]
         out["policies"][label] = row
         print(f"{label:<14} {row['avg_jct_s']:9.1f} s  restarts {row['restarts']:6d}  ({row['wall_s']:.0f} s)",
               file=sys.stderr, flush=True)

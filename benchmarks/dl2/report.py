@@ -33,16 +33,33 @@ def _merge(penalty: int) -> dict | None:
     return {"restart_penalty": rl["restart_penalty"], "policies": pol}
 
 
+def bound_of(penalty: float, scaling: bool = False, res: dict | None = None) -> float | None:
+    """The LP lower bound (bound.py) on the 8 workloads: from `res` (evaluate.py --bound) or from
+    runs/bound[-bs]-pP.json (bound.py --out)."""
+    if res and "lp_bound" in res:
+        return res["lp_bound"]["avg_jct_s"]
+    got = _load(f"runs/bound{'-bs' if scaling else ''}-p{penalty:g}.json")
+    return got["avg_jct_s"] if got else None
+
+
+def _ratio(jct: float, bound: float | None) -> str:
+    return f"{jct / bound:.2f}x" if bound else ""
+
+
 def _table(res: dict, reference: str = "dl2") -> list[str]:
     pol = res["policies"]
     ref = pol.get(reference)
-    lines = ["| policy | mean JCT (s) | mean JCT (h) | restarts | DL2 vs this |", "|---|---|---|---|---|"]
+    bound = bound_of(res["restart_penalty"], False, res)
+    lines = ["| policy | mean JCT (s) | mean JCT (h) | restarts | DL2 vs this | / LP bound |", "|---|---|---|---|---|---|"]
     for label, row in pol.items():
         vs = f"{(ref['avg_jct_s'] / row['avg_jct_s'] - 1):+.1%}" if ref and label != reference else ""
-        lines.append(f"| {label} | {row['avg_jct_s']:.1f} | {row['avg_jct_s'] / 3600:.3f} | {row['restarts']} | {vs} |")
+        lines.append(f"| {label} | {row['avg_jct_s']:.1f} | {row['avg_jct_s'] / 3600:.3f} | {row['restarts']} | {vs} | "
+                     f"{_ratio(row['avg_jct_s'], bound)} |")
     if ref and res["restart_penalty"] == 30.0:
         lines.append(f"| Pollux (published) | {POLLUX_PUBLISHED:.1f} | {POLLUX_PUBLISHED / 3600:.3f} | | "
-                     f"{ref['avg_jct_s'] / POLLUX_PUBLISHED - 1:+.1%} |")
+                     f"{ref['avg_jct_s'] / POLLUX_PUBLISHED - 1:+.1%} | {_ratio(POLLUX_PUBLISHED, bound)} |")
+    if bound:
+        lines.append(f"| LP lower bound (`bound.py`) | {bound:.1f} | {bound / 3600:.3f} | | | 1.00x |")
     return lines
 
 
@@ -91,21 +108,88 @@ def _scaling(penalty: int, fixed: dict) -> list[str]:
     if res is None:
         return []
     drf = fixed["policies"].get("drf")
+    bound = bound_of(penalty, True, res)
     lines = [f"Jobs that scale their own batch (`evaluate.py --batch-scaling`), restart penalty {penalty} s:", "",
-             "| policy | mean JCT (s) | restarts | vs DRF, same jobs | vs DRF at fixed batch |", "|---|---|---|---|---|"]
+             "| policy | mean JCT (s) | restarts | vs DRF, same jobs | vs DRF at fixed batch | / LP bound |",
+             "|---|---|---|---|---|---|"]
     base = res["policies"].get("drf")
     names = {"dl2": "dl2 shipped (trained/)", "dl2-bs": "dl2 trained with scaling jobs (runs/rl-bs)"}
     for label, row in res["policies"].items():
         same = f"{row['avg_jct_s'] / base['avg_jct_s'] - 1:+.1%}" if base and label != "drf" else ""
         old = f"{row['avg_jct_s'] / drf['avg_jct_s'] - 1:+.1%}" if drf else ""
-        lines.append(f"| {names.get(label, label)} | {row['avg_jct_s']:.1f} | {row['restarts']} | {same} | {old} |")
+        lines.append(f"| {names.get(label, label)} | {row['avg_jct_s']:.1f} | {row['restarts']} | {same} | {old} | "
+                     f"{_ratio(row['avg_jct_s'], bound)} |")
     if penalty == 30 and base and drf:  # Pollux co-adapts GPUs and batch: the row to compare with
         lines.append(f"| Pollux (published) | {POLLUX_PUBLISHED:.1f} | | {POLLUX_PUBLISHED / base['avg_jct_s'] - 1:+.1%} | "
-                     f"{POLLUX_PUBLISHED / drf['avg_jct_s'] - 1:+.1%} |")
+                     f"{POLLUX_PUBLISHED / drf['avg_jct_s'] - 1:+.1%} | {_ratio(POLLUX_PUBLISHED, bound)} |")
+    if bound:
+        lines.append(f"| LP lower bound (`bound.py --batch-scaling`) | {bound:.1f} | | | | 1.00x |")
     if drf:
         lines += ["", f"DL2's claimed cut of {PAPER['drf']:.1%} below DRF at fixed batch means a mean JCT of "
                       f"{drf['avg_jct_s'] * (1 - PAPER['drf']):.0f} s here."]
     return lines + [""]
+
+
+def _bounds() -> list[str]:
+    """bound.py on the 8 workloads, each setting, with each policy's ratio to it."""
+    lines = []
+    for scaling in (False, True):
+        for penalty in (30, 150):
+            got = _load(f"runs/bound{'-bs' if scaling else ''}-p{penalty}.json")
+            if got:
+                per = ", ".join(f"{k.split('-')[-1]}: {v:.0f}" for k, v in got["workloads"].items())
+                lines.append(f"| {penalty} s | {'scaling' if scaling else 'fixed'} | {got['avg_jct_s']:.1f} | {per} |")
+    if not lines:
+        return []
+    return ["## LP lower bound (`bound.py`)", "",
+            "A linear-programming relaxation (formulation in `bound.py` and `notes.md`); every table above divides by it.", "",
+            "| restart penalty | batch | mean over the 8 workloads (s) | per workload (s) |", "|---|---|---|---|"] + lines + [""]
+
+
+def _paper() -> list[str]:
+    """benchmarks/dl2/paper.py: the replica of the DL2 paper's setting."""
+    res = _load("runs/paper.json")
+    if res is None:
+        return []
+    from paper import PAPER, RERUN
+
+    lines = ["## Replica of the DL2 paper's setting (`paper.py`, `slurm_liquid/sim/paper.py`)", "",
+             f"Mean JCT over {len(res['seeds'])} held-out traces (seeds {res['seeds'][0]}-{res['seeds'][-1]}) per setting; "
+             "'re-run' is a Python re-run of the artifact's own baselines against its DRF.", "",
+             "| setting | policy | mean JCT (h) | vs DRF | re-run vs its DRF | paper vs DRF |", "|---|---|---|---|---|---|"]
+    extra = _load("runs/paper-dl2-warmup-small.json")  # the shipped PS/worker DL2, same held-out seeds
+    for name, st in res["settings"].items():
+        m = dict(st["avg_jct_s"])
+        if extra and extra["seeds"] == res["seeds"] and name in extra["settings"]:
+            m["dl2 (shipped: warm-up on drf-best-split)"] = extra["settings"][name]["avg_jct_s"]["dl2"]
+        for p, v in m.items():
+            rerun, paper = RERUN.get(name, {}).get(p), PAPER.get(p.split(" ")[0])
+            lines.append(f"| {name} | {p} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | "
+                         f"{'' if rerun is None else f'{rerun:+.1%}'} | {'' if paper is None else f'{paper:+.1%}'} |")
+    return lines + [""]
+
+
+def _generalise() -> list[str]:
+    """benchmarks/dl2/generalise.py runs: held-out Philly workloads at loads 0.5-2.0."""
+    from generalise import table
+
+    lines = []
+    for p in sorted(HERE.glob("runs/generalise*.json")):
+        res = json.loads(p.read_text())
+        if res.get("cells"):
+            cells = res["cells"]
+
+            def values(key):
+                return ",".join(sorted({format(c[key], "g") for c in cells}, key=float))
+
+            modes = ",".join(sorted({"scaling" if c["scaling"] else "fixed" for c in cells}))
+            opts = (f"--loads {values('load')} --seeds {len(res['seeds'])} --penalties {values('penalty')} "
+                    f"--modes {modes}" + ("" if "lp-bound" in cells[0]["avg_jct_s"] else " --no-bound"))
+            lines += [f"`{p.relative_to(HERE)}` ({len(res['seeds'])} seeds from {res['seeds'][0]}; "
+                      f"`nice python benchmarks/dl2/generalise.py {opts} --out benchmarks/dl2/{p.relative_to(HERE)}`), "
+                      "mean JCT (s):", ""]
+            lines += table(res["cells"]) + [""]
+    return (["## Generalisation: held-out Philly workloads by load (`generalise.py`)", ""] + lines) if lines else []
 
 
 def _plot(results: list[dict]) -> str | None:
@@ -209,6 +293,10 @@ def main() -> None:
             if s:
                 lines += [f"Learning curve `{prefix}.png`: {s}", "", f"![{prefix}]({prefix}.png)", ""]
         lines += _scaling(penalty, res) + _held_out(penalty, scaling=True)
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    lines += _bounds() + _paper() + _generalise()
     abl = _ablation_rows()
     if abl:
         lines += ["## Ablations (restart penalty 30 s, validation on 4 held-out Philly samples)", "",

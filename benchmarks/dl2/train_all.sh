@@ -51,4 +51,15 @@ for P in 30 150; do
   python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --reference --baselines drf,tiresias,optimus,fifo \
     --out $R/eval-scaling-p$P.json dl2=slurm_liquid/policy/dl2/trained/dl2-p$P.npz dl2-bs=$R/rl-bs-p$P.npz
 done
+# 7. the LP lower bound of every setting, the DL2 paper replica (baselines, then the PS/worker warm-up shipped
+# as slurm_liquid/policy/dl2/trained/dl2-paper-small.npz, on the same held-out traces) and the generalisation table
+for P in 30 150; do
+  python benchmarks/dl2/bound.py --penalty $P --out $R/bound-p$P.json
+  python benchmarks/dl2/bound.py --penalty $P --batch-scaling --out $R/bound-bs-p$P.json
+done
+python benchmarks/dl2/paper.py --seeds 8 --out $R/paper.json
+python benchmarks/dl2/paper.py --settings dl2-paper-small --train $R/psw-small-bestsplit.npz --teacher drf-best-split --train-seeds 3
+python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --policy-file $R/psw-small-bestsplit.npz --seeds 8 \
+  --out $R/paper-dl2-warmup-small.json
+python benchmarks/dl2/generalise.py --out $R/generalise.json
 python benchmarks/dl2/report.py

@@ -9,16 +9,19 @@ import sys
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy import LEARNED_POLICY_NAMES, POLICY_NAMES
 
+DEFAULT_POLICIES = "fifo,drf,tiresias,optimus"
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--workload", metavar="FILE_OR_DIR",
-                     help="a Pollux-format CSV, or a directory of them (use 'pollux' for the 8 bundled workloads)")
+                     help="a Pollux-format CSV, or a directory of them (use 'pollux' for the 8 bundled workloads, "
+                          "'dl2-paper-small' or 'dl2-paper-large' for the replica of the DL2 paper's setting)")
     src.add_argument("--philly", type=int, metavar="JOBS",
                      help="a synthetic workload of JOBS consecutive Philly jobs mapped onto the measured applications")
     parser.add_argument("--philly-time-scale", type=float, default=1.0, metavar="F",
                         help="multiply Philly inter-arrival times by F (< 1 raises the load; default 1)")
-    parser.add_argument("--policy", default="fifo,drf,tiresias,optimus", metavar="NAME[,NAME...]",
+    parser.add_argument("--policy", default=DEFAULT_POLICIES, metavar="NAME[,NAME...]",
                         help=f"policies to compare, or 'all' (known: {', '.join(POLICY_NAMES + LEARNED_POLICY_NAMES)})")
     parser.add_argument("--policy-file", metavar="FILE.npz",
                         help="trained DL2 policy for --policy dl2 (default: the shipped one for the restart penalty)")
@@ -71,8 +74,41 @@ def _workloads(args: argparse.Namespace) -> tuple[str, dict]:
     return (p.name if p.is_dir() else p.stem) or str(path), load_workload(path)
 
 
+def _run_paper(args: argparse.Namespace) -> int:
+    """The DL2 paper replica (slurm_liquid.sim.paper): PS/worker jobs in 20-minute slots, one trace per seed."""
+    from slurm_liquid.sim.paper import PAPER_POLICIES, run_paper
+    from slurm_liquid.sim.runner import summarise
+
+    names = [n.strip().lower() for n in args.policy.split(",") if n.strip()]
+    if names == ["all"] or args.policy == DEFAULT_POLICIES:
+        names = [p for p in PAPER_POLICIES if p != "dl2"]
+    unknown = [n for n in names if n not in PAPER_POLICIES]
+    if unknown or not names:
+        raise UsageError(f"--policy: {unknown[0] if unknown else 'none'!r} is not a policy for {args.workload} "
+                         f"(known: {', '.join(PAPER_POLICIES)}, all)")
+    if args.policy_file and "dl2" not in names:
+        raise UsageError("--policy-file is only used with --policy dl2")
+    label = f"{args.workload}-seed{args.seed}"
+    results = run_paper(args.workload, args.seed, names, args.policy_file)
+    summaries = [summarise(p, label, {label: r}) for p, r in results.items()]
+    if args.json:
+        json.dump(summaries, sys.stdout, indent=1)
+        print()
+    else:
+        print(f"{label}: DL2 paper replica, 20-minute slots, PS/worker jobs")
+        print(f"{'policy':<15} {'avg JCT (h)':>12} {'makespan (h)':>13} {'GPU util':>9} {'changes':>9}")
+        for s in summaries:
+            print(f"{s['policy']:<15} {s['avg_jct_s'] / 3600:>12.3f} {s['makespan_s'] / 3600:>13.2f} "
+                  f"{s['gpu_utilisation']:>9.1%} {s['restarts']:>9}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from slurm_liquid.errors import LiquidError
+    from slurm_liquid.sim.paper import SETTINGS
+
+    if args.workload in SETTINGS:
+        return _run_paper(args)
     from slurm_liquid.sim.engine import ClusterConfig
     from slurm_liquid.sim.runner import make_placer, run_all, summarise
 

@@ -9,7 +9,7 @@ from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.dl2.agent import DL2Policy
 from slurm_liquid.policy.dl2.net import Adam
 from slurm_liquid.policy.dl2.train import (RLConfig, TrainState, agreement, collect_teacher, new_params,
-                                           returns, supervised, train_rl)
+                                           policy_weights, returns, supervised, train_rl)
 from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 
@@ -99,8 +99,16 @@ def test_rl_resumes_from_its_state_and_ablations_run():
     half = _rl(1)
     resumed = _rl(2, state=dataclasses.replace(half))
     assert resumed.episode == 2 and [r["episode"] for r in resumed.curve] == [0, 1, 2]
-    for kw in ({"critic": False}, {"replay": False}, {"job_aware": False}):
+    for kw in ({"critic": False}, {"replay": False}, {"job_aware": False}, {"ppo_clip": 0.2}):
         assert _rl(1, **kw).episode == 1
+
+
+def test_ppo_clip_stops_a_decision_once_the_policy_moved_past_the_bound():
+    adv = np.array([1.0, 1.0, -1.0, -1.0, 1.0])
+    ratio = np.array([1.1, 1.5, 0.9, 0.5, 0.5])
+    assert np.allclose(policy_weights(adv, ratio), [1.0, 1.0, -0.9, -0.5, 0.5])  # truncated IS
+    # clip 0.2: ratio 1.5 with A > 0 and 0.5 with A < 0 are past their bound; below-bound ratios still pull
+    assert np.allclose(policy_weights(adv, ratio, 0.2), [1.1, 0.0, -0.9, 0.0, 0.5])
 
 
 def test_critic_warmup_fits_the_value_head_and_leaves_the_policy_alone():

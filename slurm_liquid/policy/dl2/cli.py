@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="RL episodes that fit the critic alone before the policy changes (default 10)")
     t.add_argument("--eval-every", type=int, default=10, metavar="N", help="validate every N episodes (default 10)")
     t.add_argument("--restart-weight", type=float, default=1.0, help="weight of the restart cost in the reward")
+    t.add_argument("--ppo-clip", type=float, default=0.0, metavar="EPS",
+                   help="PPO-style clipped surrogate with ratio bounds 1 +- EPS instead of truncated importance "
+                        "weights (default 0: off)")
     t.add_argument("--no-critic", action="store_true", help="ablation: REINFORCE with a mean baseline")
     t.add_argument("--no-replay", action="store_true", help="ablation: no experience replay")
     t.add_argument("--no-job-aware", action="store_true", help="ablation: no job-aware exploration")
@@ -142,7 +145,8 @@ def train(args: argparse.Namespace, load_policy) -> int:
                          job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
                          restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs,
                          max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
-                         seed=args.seed, window=int(meta["window"]), window_order=meta["window_order"])
+                         seed=args.seed, window=int(meta["window"]), window_order=meta["window_order"],
+                         ppo_clip=args.ppo_clip)
         ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
         state = T.TrainState(params, Adam(params, lr=cfg.lr))
         if args.resume and ckpt.is_file():

@@ -27,11 +27,12 @@ META_KEY = "__meta__"
 
 
 def save_policy(path: str | Path, params: Params, meta: dict[str, Any],
-                extra: dict[str, np.ndarray] | None = None) -> Path:
-    """Write atomically (temp file then rename), so an interrupted save never leaves half a file."""
+                extra: dict[str, np.ndarray] | None = None, features: int = FEATURES) -> Path:
+    """Write atomically (temp file then rename), so an interrupted save never leaves half a file.
+    `features`: the row width (the PS/worker policy of the paper replica has its own)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    meta = {**meta, "format": FORMAT, "version": VERSION, "features": FEATURES}
+    meta = {**meta, "format": FORMAT, "version": VERSION, "features": features}
     arrays = {k: np.asarray(v, dtype=float) for k, v in params.items()}
     arrays.update(extra or {})
     arrays[META_KEY] = np.array(json.dumps(meta, sort_keys=True))
@@ -42,7 +43,7 @@ def save_policy(path: str | Path, params: Params, meta: dict[str, Any],
     return path
 
 
-def load_arrays(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def load_arrays(path: str | Path, features: int = FEATURES) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"policy file {path} does not exist")
@@ -54,22 +55,22 @@ def load_arrays(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, Any]
         raise UsageError(f"policy file {path} is corrupted or not a DL2 policy file ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise UsageError(f"policy file {path} is not a DL2 policy file (format {meta.get('format') if isinstance(meta, dict) else None!r})")
-    if meta.get("version") != VERSION or meta.get("features") != FEATURES:
+    if meta.get("version") != VERSION or meta.get("features") != features:
         raise UsageError(f"policy file {path} has version {meta.get('version')} with {meta.get('features')} features; "
-                         f"this slurm-liquid reads version {VERSION} with {FEATURES}")
+                         f"this slurm-liquid reads version {VERSION} with {features} here")
     return arrays, meta
 
 
-def load_policy(path: str | Path) -> tuple[Params, dict[str, Any]]:
+def load_policy(path: str | Path, features: int = FEATURES) -> tuple[Params, dict[str, Any]]:
     """The network weights and metadata of a policy file, checked for consistent shapes."""
-    arrays, meta = load_arrays(path)
+    arrays, meta = load_arrays(path, features)
     layers = int(meta.get("layers", 0))
     names = [f"{p}{i}" for i in range(layers) for p in "Wb"] + ["wp", "bp", "wv", "bv"]
     missing = [n for n in names if n not in arrays]
     if layers < 1 or missing:
         raise UsageError(f"policy file {path} lacks weights {', '.join(missing) or 'W0'}")
     params = {n: np.asarray(arrays[n], dtype=float) for n in names}
-    width = FEATURES
+    width = features
     for i in range(layers):
         w = params[f"W{i}"]
         if w.ndim != 2 or w.shape[0] != width or params[f"b{i}"].shape != (w.shape[1],):

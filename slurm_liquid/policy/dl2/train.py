@@ -82,7 +82,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
 def batch(steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pad states to a common row count: x (B, R, D), present, valid (B, R), actions (B,)."""
     rows = max(len(s.x) for s in steps)
-    x = np.zeros((len(steps), rows, FEATURES))
+    x = np.zeros((len(steps), rows, steps[0].x.shape[1]))  # FEATURES, or the PS/worker policy's width
     present = np.zeros((len(steps), rows), dtype=bool)
     valid = np.zeros((len(steps), rows), dtype=bool)
     actions = np.zeros(len(steps), dtype=int)
@@ -160,6 +160,7 @@ class RLConfig:
     seed: int = 0
     window: int = DEFAULT_WINDOW
     window_order: str = "service"
+    ppo_clip: float = 0.0  # > 0: PPO's clipped surrogate (ratio in 1 +- ppo_clip) instead of truncated IS
 
 
 def restart_cost(view: ClusterView, actions, reward: float, running: int, weight: float, interval: float) -> tuple[int, float]:
@@ -259,6 +260,20 @@ class TrainState:
 Sample = tuple[Step, float, float]  # (decision, value target, advantage), in reward units
 
 
+def policy_weights(adv: np.ndarray, ratio: np.ndarray, clip: float = 0.0) -> np.ndarray:
+    """Per-decision weights w of the policy-gradient loss -w log pi(a), from the normalised advantage
+    and the ratio pi(a) / behaviour(a) of the current to the acting policy.
+
+    clip 0: truncated importance sampling, w = A min(1, ratio) (as V-trace). clip > 0: PPO's clipped
+    surrogate min(ratio A, clip(ratio, 1 - clip, 1 + clip) A), whose gradient is ratio A grad log pi
+    where the ratio has not yet moved past the bound in the advantage's direction and zero where it
+    has: a decision stops pulling once the policy has followed it far enough."""
+    if clip <= 0:
+        return adv * np.minimum(1.0, ratio)
+    past = ((adv > 0) & (ratio > 1 + clip)) | ((adv < 0) & (ratio < 1 - clip))
+    return np.where(past, 0.0, adv * ratio)
+
+
 def rl_update(state: TrainState, fresh: list[Sample], buffer: list[Sample],
               cfg: RLConfig, rng: np.random.Generator) -> dict:
     """Actor-critic minibatch updates on fresh samples mixed with replayed ones.
@@ -282,7 +297,8 @@ def rl_update(state: TrainState, fresh: list[Sample], buffer: list[Sample],
             adv = targets - targets.mean()
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         behaviour = np.array([s.behaviour for s, _, _ in picks])
-        adv *= np.minimum(1.0, np.exp(fw.logp[np.arange(len(actions)), actions]) / np.maximum(behaviour, 1e-12))
+        ratio = np.exp(fw.logp[np.arange(len(actions)), actions]) / np.maximum(behaviour, 1e-12)
+        adv = policy_weights(adv, ratio, cfg.ppo_clip)
         # A warm-started actor next to an untrained critic: advantages from random values and the
         # value error's gradient through the shared layers would both undo the warm-up, so the value
         # head learns alone first.

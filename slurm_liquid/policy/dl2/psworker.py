@@ -1,0 +1,264 @@
+"""DL2 on parameter-server jobs: the action space of the paper, for the replica of its setting.
+
+In the DL2 paper (and in `slurm_liquid.sim.paper`) a job holds workers and parameter servers (PS),
+and the split between them matters as much as the total. The action space is the paper's: for each
+job of the scheduling window (the `window` earliest-arrived active jobs that can still grow),
+"add a worker", "add a PS" or "add a bundle (one of each)", plus "stop for this slot"; actions are
+taken one after another within a slot (ACTION_DIM = 3 x window + 1 in the artifact).
+
+It reuses the DL2 network of `net.py` unchanged: one row per (job, role) plus the stop row, the
+same MLP scoring every row, the softmax over the legal rows. A row is the job's features, the role
+(one-hot), what the role would change (the relative change in the job's speed from the measured
+table) and the cluster's free CPU and GPU; the stop row has only the cluster part and its flag.
+Before the network acts, every active job gets one bundle in arrival order while the cluster takes
+it (the artifact's ASSIGN_BUNDLE: no job starves), exactly the first round of the artifact's DRF.
+
+Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions
+in the replica (the artifact's DRF, its Optimus, or DRF's task counts with the best split), turned
+into this action sequence.
+Reinforcement learning on this action space is left for later.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.policy.dl2.agent import Step
+from slurm_liquid.policy.dl2.net import Params, forward, init_params
+
+ROLES = ("worker", "ps", "bundle")
+N_TYPES = 8
+PS_FEATURES = N_TYPES + len(ROLES) + 8 + 4 + 1  # job, role, job state, cluster, stop flag
+TRAINED_DIR = Path(__file__).parent / "trained"
+
+
+def _after(job, role: str) -> tuple[int, int]:
+    return job.ps + (role in ("ps", "bundle")), job.workers + (role in ("worker", "bundle"))
+
+
+class PSState:
+    """The rows of one decision within a slot (`slot`: a `slurm_liquid.sim.paper.Slot`). The matrix
+    is built once per slot and updated in place: an action changes only its job's rows and the
+    cluster columns."""
+
+    def __init__(self, slot, window: int) -> None:
+        self.slot = slot
+        self.window = window
+        grow = [j for j in slot.jobs if any(slot.can_grow(j, r) for r in ROLES)]
+        self.jobs = sorted(grow, key=lambda j: (j.arrival, j.index))[:window]  # JOB_SORT_PRIORITY "Arrival"
+        self.beyond = len(grow) - len(self.jobs)
+        self.placed = 0  # tasks the network added in this slot
+        self.need = np.array([[slot.need(j, r) for r in ROLES] for j in self.jobs], dtype=int).reshape(-1, len(ROLES), 2)
+        self.x = np.zeros((self.rows(), PS_FEATURES))
+        self.x[-1, -1] = 1.0
+        for i in range(len(self.jobs)):
+            self._job_rows(i)
+        self._cluster()
+
+    def rows(self) -> int:
+        return len(ROLES) * len(self.jobs) + 1
+
+    def action_of(self, job, role: str) -> int | None:
+        for i, j in enumerate(self.jobs):
+            if j is job:
+                return len(ROLES) * i + ROLES.index(role)
+        return None
+
+    def valid(self) -> np.ndarray:
+        slot, cap = self.slot, self.slot.setting.max_tasks
+        free = 8 - slot.used[slot.least_used()]  # NODE_SLOTS of each resource
+        ps = np.array([j.ps for j in self.jobs])
+        workers = np.array([j.workers for j in self.jobs])
+        grow = np.stack([workers < cap, ps < cap, (workers < cap) & (ps < cap)], axis=1) if self.jobs else np.zeros((0, 3), bool)
+        room = (self.need <= free).all(axis=2)
+        ok = np.append((grow & room).reshape(-1), False)
+        ok[-1] = self.placed > 0 or not ok[:-1].any()
+        return ok
+
+    def _cluster(self) -> None:
+        cpu, gpu = self.slot.free()
+        self.x[:, -5:-1] = (cpu, gpu, len(self.jobs) / self.window, self.beyond / self.window)
+
+    def _job_rows(self, i: int) -> None:
+        slot, job, cap = self.slot, self.jobs[i], self.slot.setting.max_tasks
+        now = job.epochs_per_slot()
+        ref = now if now > 0 else job.epochs_per_slot(max(job.ps, 1), max(job.workers, 1))
+        base = [math.log1p(slot.ts - job.arrival), job.remaining() / job.epochs,
+                math.log1p(job.remaining() / ref) if ref > 0 else 10.0,
+                job.workers / cap, job.ps / cap, 10 * job.share(slot.setting.nodes)]
+        for r, role in enumerate(ROLES):
+            row = self.x[len(ROLES) * i + r]
+            row[job.model] = 1.0
+            row[N_TYPES + r] = 1.0
+            after = job.epochs_per_slot(*_after(job, role))
+            gain = (after - now) / max(now, after, 1e-9)
+            row[N_TYPES + len(ROLES):N_TYPES + len(ROLES) + 8] = base + [gain, float(now > 0)]
+
+    def matrix(self) -> np.ndarray:
+        return self.x
+
+    def apply(self, action: int) -> bool:
+        """Take a non-stop action; False for stop."""
+        if action == self.rows() - 1:
+            return False
+        i, role = action // len(ROLES), ROLES[action % len(ROLES)]
+        if not self.slot.add(self.jobs[i], role):  # valid() said it fits: a failure is a bug
+            raise RuntimeError(f"{self.jobs[i].id}: {role} did not fit although it was legal")
+        self.placed += 1
+        self._job_rows(i)
+        self._cluster()
+        return True
+
+
+def assign_bundles(slot) -> None:
+    """Every job one worker and one PS, in arrival order, while the least-used node takes them."""
+    for job in sorted(slot.jobs, key=lambda j: (j.arrival, j.index)):
+        if not slot.add(job, "bundle"):
+            break
+
+
+class PSWorkerDL2:
+    """A (greedy by default) PS/worker DL2 policy for the paper replica."""
+
+    name = "dl2"
+
+    def __init__(self, params: Params | None, window: int | None = None, sample: bool = False,
+                 seed: int = 0) -> None:
+        self.params = params
+        self.window = window
+        self.sample = sample
+        self.rng = np.random.default_rng(seed)
+        self.steps: list[Step] | None = None  # set to a list to record decisions
+
+    def reset(self) -> None:
+        pass
+
+    def _load(self, setting) -> None:
+        path = TRAINED_DIR / f"{setting.name}.npz"
+        if not path.is_file():
+            raise UsageError(f"no DL2 policy trained for {setting.name} is installed ({path}); "
+                             "give one with --policy-file")
+        self.params, meta = load_psworker(path)
+        self.window = self.window or int(meta["window"])
+
+    def schedule(self, slot) -> None:
+        if self.params is None:
+            self._load(slot.setting)
+        assign_bundles(slot)
+        state = PSState(slot, self.window or slot.setting.window)
+        while True:
+            valid = state.valid()
+            if not valid[:-1].any():
+                return
+            x = state.matrix()
+            fw = forward(self.params, x[None], np.ones((1, len(x)), dtype=bool), valid[None])
+            p = fw.prob[0]
+            action = int(self.rng.choice(len(p), p=p / p.sum())) if self.sample else int(np.argmax(fw.logp[0]))
+            if self.steps is not None:
+                self.steps.append(Step(x.copy(), valid, action, float(p[action])))
+            if not state.apply(action):
+                return
+
+
+def load_psworker(path: str | Path) -> tuple[Params, dict]:
+    from slurm_liquid.policy.dl2.io import load_policy
+
+    params, meta = load_policy(path, features=PS_FEATURES)
+    if meta.get("action_space") != "ps-worker":
+        raise UsageError(f"policy file {path} is not a PS/worker DL2 policy (action space {meta.get('action_space')!r})")
+    return params, meta
+
+
+def make_psworker_dl2(policy_file: str | Path | None = None) -> PSWorkerDL2:
+    if policy_file is None:
+        return PSWorkerDL2(None)
+    params, meta = load_psworker(policy_file)
+    return PSWorkerDL2(params, int(meta["window"]))
+
+
+# -- supervised warm-up on a teacher -------------------------------------------------------------
+def next_action(state: PSState, targets: dict[str, tuple[int, int]]) -> int:
+    """The next action toward every window job's (PS, workers) target: a bundle while both fall
+    short, else the short role, for the job of least dominant share (DRF's water-filling order, ties
+    to the earliest); stop once no job short of its target can take a task."""
+    valid = state.valid()
+    short = []
+    for job in state.jobs:
+        want_ps, want_w = targets.get(job.id, (job.ps, job.workers))
+        role = ("bundle" if job.ps < want_ps and job.workers < want_w else
+                "ps" if job.ps < want_ps else "worker" if job.workers < want_w else None)
+        a = None if role is None else state.action_of(job, role)
+        if a is not None and valid[a]:
+            short.append((job.share(state.slot.setting.nodes), job.arrival, job.index, a))
+    return min(short)[3] if short else state.rows() - 1
+
+
+class Imitate:
+    """Runs `teacher` on a shadow of each slot to get its (PS, workers) per job, then reaches them on
+    the real slot with PS/worker actions after the bundle round, recording each decision."""
+
+    def __init__(self, teacher, window: int, steps: list[Step]) -> None:
+        self.teacher, self.window, self.steps = teacher, window, steps
+        self.name = f"imitate-{teacher.name}"
+
+    def reset(self) -> None:
+        self.teacher.reset()
+
+    def schedule(self, slot) -> None:
+        from slurm_liquid.sim.paper import Slot
+
+        self.teacher.schedule(Slot(slot.setting, slot.ts, slot.jobs))
+        targets = {j.id: (j.ps, j.workers) for j in slot.jobs}
+        for job in slot.jobs:  # the real slot is still empty
+            job.ps = job.workers = 0
+        assign_bundles(slot)
+        state = PSState(slot, self.window)
+        while True:
+            valid = state.valid()
+            if not valid[:-1].any():
+                return
+            action = next_action(state, targets)
+            self.steps.append(Step(state.matrix().copy(), valid, action))
+            if not state.apply(action):
+                return
+
+
+def teacher_steps(traces: Sequence, teacher, window: int) -> list[Step]:
+    """Decisions of `teacher` on each `PaperRun` of `traces`, as PS/worker actions."""
+    steps: list[Step] = []
+    for run in traces:
+        run.run(Imitate(teacher, window, steps))
+    return steps
+
+
+def new_psworker_params(hidden: int = 64, layers: int = 2, seed: int = 0) -> Params:
+    return init_params(PS_FEATURES, hidden, layers, seed)
+
+
+__all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2", "load_psworker",
+           "teacher_steps", "new_psworker_params", "warmup"]
+
+
+def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int = 64, layers: int = 2,
+           seed: int = 0, held_out: int = 1) -> tuple[Params, dict]:
+    """Supervised warm-up on `teacher`'s decisions in the replica: traces `seeds` (the last `held_out`
+    of them measure agreement only). Returns the weights and the metadata of a policy file."""
+    from slurm_liquid.policy.dl2.train import supervised
+    from slurm_liquid.sim.paper import PaperRun, paper_trace
+
+    runs = [PaperRun(setting, paper_trace(setting, s)) for s in seeds]
+    cut = max(1, len(runs) - held_out)
+    train = teacher_steps(runs[:cut], teacher, setting.window)
+    test = teacher_steps(runs[cut:], teacher, setting.window) if len(runs) > cut else train[-2000:]
+    result = supervised(new_psworker_params(hidden, layers, seed), train, test, epochs=epochs, seed=seed)
+    meta = {"window": setting.window, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
+            "setting": setting.name, "stages": [f"supervised warm-up on {teacher.name}"],
+            "training": {"teacher": teacher.name, "trace_seeds": list(seeds), "decisions": len(train),
+                         "held_out_agreement": result.curve[-1]["held_out_agreement"]},
+            "curve": result.curve}
+    return result.params, meta

@@ -1,0 +1,99 @@
+"""DL2's PS/worker action space on the paper replica: legal actions, teacher imitation, policy files."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from slurm_liquid.errors import UsageError
+from slurm_liquid.policy.dl2 import psworker as W
+from slurm_liquid.policy.dl2.io import save_policy
+from slurm_liquid.policy.dl2.net import init_params
+from slurm_liquid.sim import paper as P
+
+TINY = replace(P.SETTINGS["dl2-paper-small"], name="tiny", nodes=6, jobs=8, window=50)
+
+
+def tiny_run(seed: int = 0) -> P.PaperRun:
+    return P.PaperRun(TINY, P.paper_trace(TINY, seed))
+
+
+def test_rows_cover_three_roles_per_window_job_and_stop() -> None:
+    jobs = P.paper_trace(TINY, 1)
+    slot = P.Slot(TINY, 20, jobs)
+    state = W.PSState(slot, window=3)
+    assert state.rows() == 3 * 3 + 1 and state.beyond == len(jobs) - 3
+    x = state.matrix()
+    assert x.shape == (10, W.PS_FEATURES)
+    assert x[-1, -1] == 1 and not x[:-1, -1].any()  # the stop flag
+    assert (x[:-1, W.N_TYPES:W.N_TYPES + 3].sum(axis=1) == 1).all()  # one role per row
+    valid = state.valid()
+    assert valid[:-1].all() and not valid[-1]  # empty cluster: everything fits; stop only once a task is placed
+    state.apply(2)  # a bundle for the first job
+    assert state.jobs[0].ps == 1 and state.jobs[0].workers == 1 and state.placed == 1
+    assert state.valid()[-1]
+
+
+def test_illegal_actions_are_masked_when_the_least_used_node_is_full() -> None:
+    st = replace(TINY, nodes=1)
+    jobs = P.paper_trace(st, 0)[:2]
+    slot = P.Slot(st, 5, jobs)
+    state = W.PSState(slot, 10)
+    while state.valid()[:-1].any():
+        state.apply(int(np.flatnonzero(state.valid()[:-1])[0]))
+    assert (slot.used <= P.NODE_SLOTS).all()
+    assert state.valid()[-1]  # only stop is left
+
+
+def test_imitating_drf_reproduces_drf_when_the_window_holds_every_job() -> None:
+    run = tiny_run(2)
+    drf = run.run(P.PaperDRF())
+    steps: list = []
+    imitated = run.run(W.Imitate(P.PaperDRF(), TINY.window, steps))
+    assert imitated.jcts == pytest.approx(drf.jcts)
+    assert steps and all(s.valid[s.action] for s in steps)
+    assert {s.action % 3 for s in steps if s.action != len(s.valid) - 1} == {2}  # DRF adds bundles only
+
+
+def test_imitating_the_best_split_uses_ps_and_worker_actions() -> None:
+    steps = W.teacher_steps([tiny_run(3)], P.PaperBestSplit(), TINY.window)
+    roles = {s.action % 3 for s in steps if s.action != len(s.valid) - 1}
+    assert 1 in roles  # some extra PS
+
+
+def test_greedy_policy_runs_a_trace_and_round_trips_through_a_file(tmp_path) -> None:
+    params = init_params(W.PS_FEATURES, 16, 2, seed=1)
+    run = tiny_run(4)
+    res = run.run(W.PSWorkerDL2(params, TINY.window))
+    assert len(res.jcts) == TINY.jobs
+    path = save_policy(tmp_path / "ps.npz", params, {"window": TINY.window, "hidden": 16, "layers": 2,
+                                                     "action_space": "ps-worker"}, features=W.PS_FEATURES)
+    again = run.run(W.make_psworker_dl2(path))
+    assert again.jcts == res.jcts
+
+
+def test_files_of_the_other_action_space_are_refused(tmp_path) -> None:
+    from slurm_liquid.policy.dl2.state import FEATURES
+
+    pollux = save_policy(tmp_path / "pollux.npz", init_params(FEATURES, 8, 1), {"window": 64, "hidden": 8, "layers": 1})
+    with pytest.raises(UsageError, match="not a PS/worker"):
+        W.make_psworker_dl2(pollux)
+    from slurm_liquid.policy.dl2 import make_dl2
+
+    ps = save_policy(tmp_path / "ps.npz", init_params(W.PS_FEATURES, 8, 1),
+                     {"window": 4, "hidden": 8, "layers": 1, "action_space": "ps-worker"}, features=W.PS_FEATURES)
+    with pytest.raises(UsageError, match="PS/worker"):
+        make_dl2(ps)  # and the GPU-count DL2 refuses the PS/worker file
+    wrong = save_policy(tmp_path / "w.npz", init_params(W.PS_FEATURES, 8, 1), {"window": 4, "hidden": 8, "layers": 1},
+                        features=W.PS_FEATURES)
+    with pytest.raises(UsageError, match="not a PS/worker"):
+        W.make_psworker_dl2(wrong)
+
+
+def test_shipped_small_policy_loads_for_the_small_setting() -> None:
+    st = replace(P.SETTINGS["dl2-paper-small"], nodes=6, jobs=8)  # same name: the shipped file is chosen by it
+    res = P.PaperRun(st, P.paper_trace(st, 0)).run(P.make_paper_policy("dl2"))
+    assert len(res.jcts) == 8
+    large = replace(P.SETTINGS["dl2-paper-large"], nodes=6, jobs=8)
+    with pytest.raises(UsageError, match="no DL2 policy trained for dl2-paper-large"):
+        P.PaperRun(large, P.paper_trace(large, 0)).run(P.make_paper_policy("dl2"))
