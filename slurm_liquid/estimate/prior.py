@@ -294,7 +294,9 @@ def activation_bytes(entry: ModelEntry, spec: JobSpec, micro_batch: int, lay: La
         per_sample *= (side / entry.image_size) ** 2
     elif entry.family == "rnn":
         per_sample *= (spec.seq_len or entry.seq_len) / entry.seq_len
-    if lay.compute != "fp32":
+    if lay.compute == "bf16-pure":
+        per_sample *= 0.5                            # the whole model in 16 bits: every saved tensor halves
+    elif lay.compute != "fp32":
         per_sample *= 0.55                           # 16-bit activations; a few stay fp32 under autocast
     if lay.inference:
         per_sample *= INFERENCE_CNN
