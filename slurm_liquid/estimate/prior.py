@@ -212,8 +212,10 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
     blocks = 1 if entry.shared_norm else 2          # Phi: attention and MLP read one norm's output
     if lay.mixed and lay.compute != "fp8":
         norm_in = wide + 4.0
-    elif lay.compute == "bf16-pure" and entry.family != "vit":
-        norm_in = 4.0                               # LLM norms (HF, LitGPT) upcast: their fp32 input is saved
+    elif lay.compute == "bf16-pure" and entry.gated_mlp:
+        # RMSNorm of the gated-MLP families (Llama, Mistral, Qwen, Gemma, T5 v1.1) upcasts in HF and
+        # LitGPT: the fp32 copy of its input is what is saved (nn.LayerNorm saves its 16-bit input)
+        norm_in = 4.0
     else:
         norm_in = wide
     replicated = blocks * h * lin + blocks * h * norm_in
