@@ -219,10 +219,10 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
     else:
         norm_in = wide
     replicated = blocks * h * lin + blocks * h * norm_in
-    if lay.adapter == "lora" and not lay.inference:
+    if lay.adapter and not lay.quant and not lay.inference:
         # a frozen 16-bit linear saves nothing for its own (absent) weight gradient: the norm outputs
-        # and the out-/down-projection inputs are not kept (bitsandbytes' 4-bit matmul, QLoRA,
-        # saves its input regardless, so qlora keeps them)
+        # and the out-/down-projection inputs are not kept (bitsandbytes' 4- and 8-bit matmuls of a
+        # quantized base, QLoRA, save their input regardless, so those keep them)
         replicated -= blocks * h * lin
         parallel -= q * lin + (entry.ffn or 4 * h) * lin * experts_per_token
     if dropout:

@@ -107,3 +107,13 @@ def test_phi_lora_rows_within_5_percent():
     assert len(rows) == 3
     for r in rows:
         assert abs(r.prior_mib - r.measured_mib) / r.measured_mib < 0.05
+
+
+def test_lora_over_an_8bit_base_keeps_the_inputs_bitsandbytes_saves():
+    entry = CATALOG.lookup("llama-2-7b")
+    acts = {}
+    for precision in ("bf16-pure", "int8"):
+        s = spec(model="llama-2-7b", adapter="lora", micro_batch=1, seq_len=1024, precision=precision,
+                 attention="flash")
+        acts[precision] = activation_bytes(entry, s, 1, layout(entry, s))
+    assert acts["int8"] > acts["bf16-pure"]
