@@ -117,6 +117,8 @@ def synthetic_entry(spec: JobSpec) -> ModelEntry:
                           lm_head=family in ("decoder", "seq2seq"), tied=family != "decoder",
                           seq_len=2048 if family == "decoder" else 512, patch_size=16 if family == "vit" else 0,
                           attention="eager" if family == "seq2seq" else "sdpa",
+                          # ViT recipes (torchvision, timm/DeiT, HF configs) train with dropout 0
+                          dropout=False if family == "vit" else None,
                           notes="shape from directives")
         return with_shape(base, spec)
     if not spec.params:
@@ -208,7 +210,21 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
     else:
         parallel += heads * 4.0                     # the kernel's log-sum-exp per query and head
     blocks = 1 if entry.shared_norm else 2          # Phi: attention and MLP read one norm's output
-    replicated = blocks * h * lin + blocks * h * (wide + 4.0 if lay.mixed and lay.compute != "fp8" else wide)
+    if lay.mixed and lay.compute != "fp8":
+        norm_in = wide + 4.0
+    elif lay.compute == "bf16-pure" and entry.gated_mlp:
+        # RMSNorm of the gated-MLP families (Llama, Mistral, Qwen, Gemma, T5 v1.1) upcasts in HF and
+        # LitGPT: the fp32 copy of its input is what is saved (nn.LayerNorm saves its 16-bit input)
+        norm_in = 4.0
+    else:
+        norm_in = wide
+    replicated = blocks * h * lin + blocks * h * norm_in
+    if lay.adapter and not lay.quant and not lay.inference:
+        # a frozen 16-bit linear saves nothing for its own (absent) weight gradient: the norm outputs
+        # and the out-/down-projection inputs are not kept (bitsandbytes' 4- and 8-bit matmuls of a
+        # quantized base, QLoRA, save their input regardless, so those keep them)
+        replicated -= blocks * h * lin
+        parallel -= q * lin + (entry.ffn or 4 * h) * lin * experts_per_token
     if dropout:
         replicated += 2 * h                         # 1-byte dropout masks
     if lay.adapter:                                 # LoRA dropout's copy of each target's input + mask
@@ -226,10 +242,13 @@ def _transformer_layer_bytes(entry: ModelEntry, seq: int, lay: Layout, checkpoin
     wide = 4.0 if lay.compute == "fp32" else 2.0
     if entry.stages:                                # Swin: stages of windowed attention
         window = (entry.window or 7) ** 2
+        # each stage's MLP is mlp_ratio x its own width (the entry's ffn is the last stage's)
+        mlp_ratio = entry.ffn / entry.hidden if entry.ffn and entry.hidden else 4.0
         stored, largest = 0.0, 0.0
         for i, (depth, dim, stage_heads) in enumerate(entry.stages):
             tokens = ((seq_side(entry, seq)) / 2 ** i) ** 2
-            rep, par = _layer_bytes(entry, lay, tokens, dim, stage_heads, dim, dim, window)
+            stage = replace(entry, hidden=dim, ffn=mlp_ratio * dim)
+            rep, par = _layer_bytes(stage, lay, tokens, dim, stage_heads, dim, dim, window)
             layer = tokens * (rep + par)
             largest = max(largest, layer)
             stored += depth * (tokens * dim * wide if checkpointing else layer)
@@ -277,7 +296,9 @@ def activation_bytes(entry: ModelEntry, spec: JobSpec, micro_batch: int, lay: La
         per_sample *= (side / entry.image_size) ** 2
     elif entry.family == "rnn":
         per_sample *= (spec.seq_len or entry.seq_len) / entry.seq_len
-    if lay.compute != "fp32":
+    if lay.compute == "bf16-pure":
+        per_sample *= 0.5                            # the whole model in 16 bits: every saved tensor halves
+    elif lay.compute != "fp32":
         per_sample *= 0.55                           # 16-bit activations; a few stay fp32 under autocast
     if lay.inference:
         per_sample *= INFERENCE_CNN
