@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import hostlist
 
-from slurm_liquid.errors import UsageError
+from slurm_liquid.errors import LiquidError, UsageError
 from slurm_liquid.ledger.limits import COMMENT_LIMIT, LedgerError, segments
 from slurm_liquid.ledger.placed import expand_nodes
 from slurm_liquid.ledger.record import Record
@@ -41,17 +41,12 @@ def wanted(comment: str) -> Wanted | None:
     or when the spec does not parse (the record's err= already says so)."""
     if "dataset=" not in (comment or ""):      # most jobs: no parsing at all (the daemon asks every pass)
         return None
-    from slurm_liquid.jobspec import parse_comment, parse_directives
+    from slurm_liquid.jobspec import parse_comment
 
     record = Record.parse(comment)
-    try:
-        if record is not None:
-            if record.spec.endswith("..."):      # the record cut the spec: what is left may be half a path
-                return None
-            spec = parse_directives(record.spec)
-        else:
-            spec = parse_comment(comment or "")
-    except UsageError:
+    try:   # a spec the record cut to fit is refused by job_spec(): what is left may be half a path
+        spec = record.job_spec() if record is not None else parse_comment(comment or "")
+    except LiquidError:
         return None
     if not spec.dataset:
         return None
