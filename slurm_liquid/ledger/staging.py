@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import hostlist
 
-from slurm_liquid.errors import LiquidError, UsageError
+from slurm_liquid.errors import LiquidError
 from slurm_liquid.ledger.limits import COMMENT_LIMIT, LedgerError, segments
 from slurm_liquid.ledger.placed import expand_nodes
 from slurm_liquid.ledger.record import Record
