@@ -11,10 +11,11 @@ under-determined, and Pollux pins the parameters it has no data for. Here the pr
   log unit, against a weight of 0.5 to 1 per measured width): the data moves what it determines
   (gradient sync once a multi-GPU width is measured, retrogression once a third width is), the
   prior keeps what it does not; network terms move together (params.py: they are ratios);
-- a job measured at two GPU counts or more (so its sync shows), on one node but never across, is
-  taken to sync across nodes at OPTIMISTIC_RATIO times its own cost within one, as Pollux's fit
-  assumes: optimistic, so that a policy tries one node more (no further: `MeasuredSpeedModel.reach`)
-  and learns.
+- across nodes, a job measured on one node only keeps the prior's ratio of cross-node to in-node
+  sync (3.7 to 6.1 in the traces) applied to its own in-node sync; with `across_nodes` (Pollux
+  assumes 1.1) a job measured at two GPU counts or more (so its sync shows) is taken to sync across
+  nodes at that ratio instead: optimistic, so that a policy tries one node more (no further:
+  `MeasuredSpeedModel.reach`) and learns from the job's reports there.
 
 The model's structure does the rest: the network term never shrinks with more GPUs, so a job
 measured flat past two GPUs is predicted flat or worse beyond.
@@ -38,7 +39,6 @@ import numpy as np
 from slurm_liquid.speed.params import N_PARAMS, ThroughputParams, Widths, bounds, jacobian, predict_log
 
 PARAM_WEIGHT = 1e-3
-OPTIMISTIC_RATIO = 1.1
 # A prior's network terms are raised to at least these fractions of its one-GPU compute time before a
 # fit starts from it: a parameter at 1e-9 has no gradient in log space, and a job measured to
 # saturate must be able to grow it.
@@ -76,11 +76,11 @@ def rescale(prior: ThroughputParams, points: Points) -> ThroughputParams:
     return prior.scaled(math.exp(shift))
 
 
-def anchor_vector(points: Points, prior: ThroughputParams) -> np.ndarray:
+def anchor_vector(points: Points, prior: ThroughputParams, across_nodes: float | None = None) -> np.ndarray:
     """The vector the fit is pulled toward (see the module docstring)."""
     x = rescale(floored(prior, float(points.batch[-1])), points).to_vector()
-    if not (points.nodes > 1).any() and (points.gpus > 1).any() and len(np.unique(points.gpus)) > 1:
-        x[4:6] = math.log(OPTIMISTIC_RATIO)
+    if across_nodes is not None and not (points.nodes > 1).any() and len(np.unique(points.gpus)) > 1:
+        x[4:6] = math.log(max(float(across_nodes), 1.0))
     return x
 
 
@@ -97,13 +97,14 @@ def network_heavy(points: Points, x_prior: np.ndarray) -> np.ndarray | None:
     return x
 
 
-def fit(points: Points, prior: ThroughputParams, gpus_per_node: int = 1,
-        start: np.ndarray | None = None) -> ThroughputParams:
+def fit(points: Points, prior: ThroughputParams, start: np.ndarray | None = None,
+        across_nodes: float | None = None) -> ThroughputParams:
     """The parameters that best explain `points`, regularised toward `prior`."""
-    return fit_many([(points, prior, start)])[0]
+    return fit_many([(points, prior, start)], across_nodes)[0]
 
 
-def fit_many(problems: Sequence[tuple[Points, ThroughputParams, np.ndarray | None]]) -> list[ThroughputParams]:
+def fit_many(problems: Sequence[tuple[Points, ThroughputParams, np.ndarray | None]],
+             across_nodes: float | None = None) -> list[ThroughputParams]:
     """`fit` for many jobs at once: [(points, prior, start vector or None)] -> fitted params.
 
     `start` (a previous fit's vector) makes a refit after a few new reports converge in few steps."""
@@ -111,7 +112,7 @@ def fit_many(problems: Sequence[tuple[Points, ThroughputParams, np.ndarray | Non
         return []
     anchors, starts, owner = [], [], []
     for i, (points, prior, start) in enumerate(problems):
-        x_prior = anchor_vector(points, prior)
+        x_prior = anchor_vector(points, prior, across_nodes)
         anchors.append(x_prior)
         for x0 in (x_prior if start is None else start, network_heavy(points, x_prior)):
             if x0 is not None:

@@ -121,6 +121,18 @@ def test_saturating_job_predicts_flat_or_worse_and_linear_job_near_linear(app, g
     assert model.source("sat") == "measured (9 obs, widths 1,2,4)"
 
 
+def test_across_nodes_optimistic_by_default_or_the_priors_ratio():
+    views = {}
+    for ratio in (1.1, None):
+        model = MeasuredSpeedModel(4, across_nodes=ratio)
+        feed(model, "lin", {1: 1.0, 2: 0.5, 4: 0.25}, repeat=2)
+        views[ratio] = curve(model, job("lin", "bert"), (4, 8))
+        feed(model, "lin", {8: 0.25})                       # measured across nodes: the data decides
+        assert model.iteration_time(job("lin", "bert"), 8) == pytest.approx(0.25, rel=0.1)
+    assert views[1.1][1] < 0.7 * views[1.1][0]               # optimistic: one node more looks worth trying
+    assert views[None][1] > 0.9 * views[None][0]             # the trace's cross-node sync (4.6x in-node)
+
+
 def test_measurements_override_a_wrong_prior():
     """resnet50's trace scales well on one node; a job named resnet50 that does not is believed."""
     model = MeasuredSpeedModel(8)
