@@ -121,6 +121,7 @@ class MeasuredSpeedModel:
         self.prior = prior if prior is not None else Prior.default()
         self.max_observations = max(int(max_observations), 1)
         self.compact_after = max(int(compact_after), 1)
+        self._compact_at = self.compact_after
         # A job measured on one node only is predicted across nodes with this ratio of cross- to in-node
         # sync (Pollux's 1.1: optimistic, so that a policy tries one node more and learns); None: with
         # the prior's ratio (3.7 to 6.1 in the traces). See speed/fit.py.
@@ -275,12 +276,15 @@ class MeasuredSpeedModel:
         self._maybe_compact()
 
     def _maybe_compact(self) -> None:
+        """Rewrite the journal from the state once it holds more than twice the live lines (and more
+        than `compact_after`); the bound is recomputed then, so a report costs O(1) in between."""
         journal = self.journal
-        if journal is None or journal.broken:
+        if journal is None or journal.broken or journal.lines <= self._compact_at:
             return
-        live = sum(len(s.widths) + 1 for s in self._jobs.values()) if journal.lines > self.compact_after else 0
-        if journal.lines > max(self.compact_after, 2 * live):
+        live = sum(len(s.widths) + 1 for s in self._jobs.values())
+        if journal.lines > 2 * live:
             journal.rewrite(self._records())
+        self._compact_at = max(self.compact_after, 2 * live)
 
     def _records(self):
         for job_id, state in self._jobs.items():
