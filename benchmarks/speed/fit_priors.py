@@ -27,13 +27,13 @@ from scipy.optimize import least_squares
 
 from slurm_liquid.sim.apps import APPLICATIONS, TRACE_DIR, load_app
 from slurm_liquid.sim.oracle import packed
-from slurm_liquid.speed.params import N_PARAMS, ThroughputParams, Widths, bounds, jacobian, predict_log
+from slurm_liquid.speed.params import ThroughputParams, Widths, bounds, jacobian, predict_log
 
 OUT = Path(__file__).resolve().parents[2] / "slurm_liquid" / "speed" / "priors.json"
 # catalog names of the models the traces measured (the simulator's TRACE_APPS, daemon/elastic.py)
 CATALOG = {"resnet18": "cifar10", "resnet50": "imagenet", "bert-base": "bert", "deepspeech2": "deepspeech2",
            "ncf": "ncf", "yolov3": "yolov3"}
-# family -> (reference application, catalog parameter count of its model)
+# prior family -> its reference trace (scaled by the model's parameter count relative to the trace's)
 FAMILIES = {"cnn": "imagenet", "transformer": "bert", "rnn": "deepspeech2", "recsys": "ncf",
             "detection": "yolov3"}
 # catalog families (estimate/catalog.py FAMILIES) -> the prior family that stands for them

@@ -63,6 +63,8 @@ class Prior:
     def trace_of(self, model: str | None) -> str | None:
         """The trace application measured for `model` (by either name), None if none was."""
         if model not in self._apps:
+            if len(self._apps) > 4096:   # model names come from users: bound the cache
+                self._apps.clear()
             app = self._aliases.get(name_key(model)) if model else None
             if app is None and model:
                 entry = _find(model)

@@ -18,7 +18,7 @@ from scipy.optimize import least_squares
 
 from slurm_liquid.policy.base import JobView
 from slurm_liquid.speed import MeasuredSpeedModel, Observation, Prior, ThroughputParams, check
-from slurm_liquid.speed.fit import PARAM_WEIGHT, Points, fit_many, solve
+from slurm_liquid.speed.fit import PARAM_WEIGHT, solve
 from slurm_liquid.speed.params import Widths, bounds, jacobian, predict_log
 
 TRUE = ThroughputParams(alpha_c=0.02, beta_c=0.004, alpha_r=0.05, beta_r=0.004, alpha_n=0.15, beta_n=0.01, gamma=2.0)
@@ -173,6 +173,23 @@ def test_prior_only_answers():
     view = job("p", "resnet50", batch=256)
     assert model.iteration_time(view, 8) == pytest.approx(prior.params("resnet50", 256)[0].step_time(8, 2, 256))
     assert model.source("p") == "trace:imagenet" and model.source("never-seen") == "linear"
+
+
+def test_a_malformed_prior_table_is_one_clear_error(tmp_path):
+    from slurm_liquid.errors import LiquidError
+
+    with pytest.raises(LiquidError, match="malformed"):
+        Prior({"traces": {}})
+    with pytest.raises(LiquidError, match="does not hold: imagenet"):
+        Prior({"traces": {}, "linear": TRUE.as_dict(), "families": {"cnn": "imagenet"}})
+    bad = dict(TRUE.as_dict(), gamma=float("nan"))
+    with pytest.raises(LiquidError, match="malformed"):
+        Prior({"traces": {"x": {"params": bad}}, "linear": TRUE.as_dict()})
+    (tmp_path / "p.json").write_text("[1]")
+    with pytest.raises(LiquidError, match="JSON object"):
+        Prior.load(tmp_path / "p.json")
+    with pytest.raises(LiquidError, match="cannot read"):
+        Prior.load(tmp_path / "missing.json")
 
 
 def test_shipped_prior_fits_the_traces():
@@ -417,6 +434,9 @@ def test_the_package_imports_neither_simulator_nor_daemon():
 
 
 def test_priors_file_is_the_generators_format():
-    data = json.loads(open(Prior.default.__func__.__globals__["PRIORS_FILE"]).read())
+    from slurm_liquid.speed.prior import PRIORS_FILE
+
+    with open(PRIORS_FILE, encoding="utf-8") as fh:
+        data = json.load(fh)
     assert set(data["traces"]) == {"cifar10", "imagenet", "bert", "deepspeech2", "ncf", "yolov3"}
     assert set(data["aliases"]) >= {"resnet18", "resnet50", "bert-base", "deepspeech2", "ncf", "yolov3"}
