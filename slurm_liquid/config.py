@@ -70,6 +70,7 @@ class ElasticConfig:
     max_changes_per_hour: int = 6      # per job
     progress_dir: str = "/shared/slurm-liquid/progress"   # world-writable + sticky, on a shared file system
     journal: str = "/var/lib/slurm-liquid/journal.sqlite"
+    speed_journal: str = "/var/lib/slurm-liquid/speed.jsonl"   # the jobs' measured speeds (root-owned)
     metrics_port: int = 0              # Prometheus metrics on this port (0: off)
 
 

@@ -301,6 +301,9 @@ class Progress:
     epoch: int = 0
     samples_per_s: float | None = None
     checkpoint_time: float | None = None
+    gpus: int | None = None       # the allocation the job saw when it wrote the report
+    nodes: int | None = None
+    time: float | None = None     # when it wrote it
 
     @property
     def remaining(self) -> float | None:
@@ -313,7 +316,15 @@ class Progress:
         if not isinstance(report, dict):
             return cls()
         return cls(_count(report.get("step")), _count(report.get("total")), _count(report.get("epoch")) or 0,
-                   _positive(report.get("samples_per_s")), _positive(report.get("checkpoint_time")))
+                   _positive(report.get("samples_per_s")), _positive(report.get("checkpoint_time")),
+                   _count(report.get("gpus")), _count(report.get("nodes")), _positive(report.get("time")))
+
+    def measured_on(self, gpus: int, nodes: int, since: float | None) -> bool:
+        """Whether the speed in this report was measured on `gpus` GPUs over `nodes` nodes, written
+        after `since` (the allocation's start): a report from before a resize says nothing of the new
+        width."""
+        return (self.samples_per_s is not None and self.gpus == gpus and self.nodes == nodes
+                and (since is None or (self.time is not None and self.time >= since)))
 
 
 def _count(value: Any) -> int | None:

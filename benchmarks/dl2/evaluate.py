@@ -51,7 +51,7 @@ def main() -> int:
         workloads = {f"philly-{s}": philly_workload(s, 160) for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.philly)}
     else:
         workloads = load_workload(BUNDLED_WORKLOADS)
-    entries = [(b, lambda b=b: make_policy(b, None, speed)) for b in args.baselines.split(",") if b]
+    entries = [(b, lambda b=b: make_policy(b, speed)) for b in args.baselines.split(",") if b]
     if args.reference:
         sys.path.insert(0, str(Path(__file__).parent))
         from reference import OracleSRTF
@@ -59,7 +59,7 @@ def main() -> int:
         entries.append(("srtf-oracle", lambda: OracleSRTF(speed)))
     for item in args.policies:
         label, _, path = item.partition("=")
-        entries.append((label, lambda path=path: make_policy("dl2", None, speed, policy_file=path)))
+        entries.append((label, lambda path=path: make_policy("dl2", speed, policy_file=path)))
     out = {"restart_penalty": args.penalty, "batch_scaling": args.batch_scaling, "workloads": sorted(workloads), "policies": {}}
     if args.bound:
         sys.path.insert(0, str(Path(__file__).parent))

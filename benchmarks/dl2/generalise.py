@@ -46,8 +46,8 @@ def run_cell(load: float, seeds: list[int], penalty: float, scaling: bool, polic
              bound: bool, policy_file: str | None) -> dict:
     config = ClusterConfig(restart_penalty=penalty, batch_scaling=scaling)
     speed = OracleSpeedModel(config.gpus_per_node, scaling)
-    builders = {p: (lambda p=p: make_policy(p, None, speed, policy_file) if p == "dl2" and policy_file
-                    else make_policy(p, None, speed)) for p in policies}
+    builders = {p: (lambda p=p: make_policy(p, speed, policy_file) if p == "dl2" and policy_file
+                    else make_policy(p, speed)) for p in policies}
     builders["srtf-oracle"] = lambda: OracleSRTF(speed)
     per: dict[str, dict[int, float]] = {name: {} for name in builders}
     if bound:

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import heapq
 
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, SpeedModel, apply_counts
+from slurm_liquid.policy.base import ClusterView, Decision, SpeedModel
 
 
 class OracleSRTF:
@@ -22,7 +21,6 @@ class OracleSRTF:
 
     def __init__(self, speed: SpeedModel) -> None:
         self.speed = speed
-        self.placer = MostFreeGreedy()
 
     def reset(self) -> None:
         pass
@@ -55,5 +53,5 @@ class OracleSRTF:
                 heapq.heappush(heap, (-g, i))
         return counts
 
-    def decide(self, view: ClusterView) -> list[Action]:
-        return apply_counts(self.placer, view, self.allocate(view))
+    def decide(self, view: ClusterView) -> Decision:
+        return Decision.resize(view, self.allocate(view))

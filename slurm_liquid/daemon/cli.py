@@ -182,7 +182,12 @@ def _adjuster(client, config) -> Adjuster:
             return None
         return progress.read_report(directory, job.job_id, uid)
 
-    return Adjuster(client, config, client.topology(), Journal(config.elastic.journal), progress=report_of)
+    from slurm_liquid.speed import MeasuredSpeedModel
+
+    # GPUs per node: set from Slurm's nodes every slot (the adjuster's observe).
+    speed = MeasuredSpeedModel(1, journal=config.elastic.speed_journal or None)
+    return Adjuster(client, config, client.topology(), Journal(config.elastic.journal), progress=report_of,
+                    speed=speed)
 
 
 def _sleep(seconds: float) -> set[str]:

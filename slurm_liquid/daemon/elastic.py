@@ -1,8 +1,11 @@
-"""The daemon's adjustment slot: the live cluster as a `ClusterView`, the policy's answer, resizes.
+"""The daemon's adjustment slot: the live cluster as the Slurm back end of the one scheduling loop.
 
-Every slot (`[elastic] slot_s`) the same policy objects the simulator drives (DL2 by default; Optimus,
-DRF, or static = no changes) see every GPU job Slurm knows: running ones with their allocation,
-pending ones as demand. Only running jobs that opted in (`#LIQUID elastic=MIN:MAX`) and that this
+Every slot (`[elastic] slot_s`) the loop the simulator runs (`slurm_liquid.loop`: observe, admit,
+allocate, place, apply) runs once here, with the same policy objects (DL2 by default; Optimus, DRF, or
+static = no changes). They see every GPU job Slurm knows: running ones with their allocation, pending
+ones as demand, and each job's speed from the speed room (`slurm_liquid.speed`), fitted on the job's own
+progress reports (its prior until it reports; a width it was never measured at is tried a step at a
+time). Only running jobs that opted in (`#LIQUID elastic=MIN:MAX`) and that this
 daemon placed are ever changed, and everything about them comes from the trusted tag in AdminComment
 (range, checkpoint signal and capped grace, model and batch for the speed prior), copied there at
 placement: editing the Comment afterwards changes nothing. A job's progress report is its own claim,
@@ -17,25 +20,25 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Callable, Iterable
 
 from slurm_liquid.config import Config
 from slurm_liquid.daemon.journal import Journal
-from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation, uniform_placement_sizes
+from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
 from slurm_liquid.ledger.placed import format_placed
-from slurm_liquid.placement import ClusterState, PlacementRequest
+from slurm_liquid.loop import Loop, PlaceStage, Report, Round, Shape
+from slurm_liquid.placement import ClusterState
 from slurm_liquid.placement.factory import make_placer
-from slurm_liquid.policy.base import ClusterView, JobView, NodeView
+from slurm_liquid.placement.slurm_rules import job_view
+from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView
 from slurm_liquid.progress import Progress
+from slurm_liquid.speed import MeasuredSpeedModel, Observation, trace_app
 from slurm_liquid.slurm import Job, Node, SlurmClient
 from slurm_liquid.topology import Topology
 
 log = logging.getLogger(__name__)
-# Catalog models whose throughput the Pollux traces measured (the speed model the policies consult).
-TRACE_APPS = {"resnet18": "cifar10", "resnet50": "imagenet", "bert-base": "bert", "deepspeech2": "deepspeech2",
-              "ncf": "ncf", "yolov3": "yolov3"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class SlotReport:
     skipped: dict[int, str] = field(default_factory=dict)       # job -> why not now
     started: dict[int, str] = field(default_factory=dict)       # job -> resize begun (checkpoint signalled)
     failed: dict[int, str] = field(default_factory=dict)        # job -> the error its handling raised
+    bounded: dict[int, int] = field(default_factory=dict)       # job -> widest width its measured speed allows now
     reconciled: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -71,38 +75,17 @@ def elastic_jobs(jobs: list[Job]) -> dict[int, ElasticJob]:
     return found
 
 
-class LiveSpeedModel:
-    """Step times from the measured traces where the job's model was measured, else linear scaling;
-    remaining steps from the job's own progress reports."""
-
-    def __init__(self, gpus_per_node: int, remaining: Mapping[str, float]):
-        from slurm_liquid.sim.oracle import OracleSpeedModel
-
-        self.oracle = OracleSpeedModel(gpus_per_node)
-        self.remaining = remaining
-
-    def iteration_time(self, job: JobView, gpus: int) -> float:
-        if job.app and job.batch_size:
-            # More GPUs than the batch can feed were never measured: a step is no faster than on the
-            # widest measured width below.
-            for width in range(max(gpus, 1), 0, -1):
-                try:
-                    return self.oracle.iteration_time(job, width)
-                except (LiquidError, KeyError, ValueError, LookupError):
-                    continue
-        return 1.0 / max(gpus, 1)
-
-    def remaining_iterations(self, job: JobView) -> float:
-        if job.id in self.remaining:
-            return self.remaining[job.id]
-        if job.app and job.batch_size:
-            return self.oracle.remaining_iterations(job)
-        return 1000.0
-
-
 class Adjuster:
+    """The live cluster as a back end of the one scheduling loop (`slurm_liquid.loop`), and its slot.
+
+    observe: every GPU job Slurm knows becomes a `JobView` (elastic ones with their trusted range and
+    model), and each elastic job's progress report becomes a measured observation for the speed room.
+    apply: only running elastic jobs this daemon placed are resized, through the journaled `Resizer`,
+    within the change limits; every other action is Slurm's to carry out (it starts pending jobs)."""
+
     def __init__(self, client: SlurmClient, config: Config, topology: Topology, journal: Journal,
-                 progress: Callable[[Job], dict | None] = lambda job: None, now: Callable[[], float] = time.time):
+                 progress: Callable[[Job], dict | None] = lambda job: None, now: Callable[[], float] = time.time,
+                 speed: MeasuredSpeedModel | None = None):
         self.client = client
         self.config = config
         self.topology = topology
@@ -111,8 +94,14 @@ class Adjuster:
         self.now = now
         self.resizer = Resizer(client, journal, self._checkpoint_time, now)
         self.placer = make_placer("liquid", topology)
-        self._policy = None
-        self._speed: LiveSpeedModel | None = None   # refreshed every slot from the progress reports
+        self.speed = speed if speed is not None else MeasuredSpeedModel(1)
+        self._loop: Loop | None = None
+        self._jobs: dict[str, Job] = {}
+        self._nodes: dict[str, Node] = {}
+        self._elastic: dict[int, ElasticJob] = {}
+        self._reports: list[Report] = []
+        self._measured: set[str] = set()
+        self._report: SlotReport | None = None
 
     def progress(self, job: Job) -> Progress:
         """The job's report as bounded claims; a report that cannot be read is no report."""
@@ -126,102 +115,148 @@ class Adjuster:
         return self.progress(job).checkpoint_time
 
     @property
-    def policy(self):
-        if self._policy is None and self.config.elastic.policy != "static":
-            from slurm_liquid.policy import make_policy
+    def loop(self) -> Loop:
+        if self._loop is None:
+            from slurm_liquid import policy
 
-            self._policy = make_policy(self.config.elastic.policy, None, self._speed,
-                                       self.config.elastic.policy_file or None)
-        return self._policy
+            made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
+            place = PlaceStage(self.placer, Shape.UNIFORM, self._eligible)
+            self._loop = Loop(made, place, self.speed, suspends=False)
+        return self._loop
+
+    @property
+    def policy(self):
+        return None if self.config.elastic.policy == "static" else self.loop.policy
 
     def run_slot(self) -> SlotReport:
         started = time.monotonic()
         report = SlotReport(reconciled=[c.job_id for c in self.resizer.step()])
         if self.config.elastic.policy == "static" or self.config.daemon.mode == "off":
             return report
+        self._report = report
+        try:
+            done = self.loop.turn(self)
+        finally:
+            self._report = None
+        if done is not None:
+            report.bounded = {int(k): v for k, v in done.bounded.items() if k.isdigit()}
+        report.seconds = time.monotonic() - started
+        return report
+
+    # -- the loop's back end -------------------------------------------------------------
+    def observe(self) -> ClusterView | None:
+        """The cluster now; None when no elastic job runs (nothing this daemon may change)."""
         jobs = self.client.jobs()
         nodes = self.client.nodes()
-        elastic = elastic_jobs(jobs)
-        if not elastic:
-            return report
-        view, progress = self._view(jobs, nodes, elastic)
-        self._speed = LiveSpeedModel(max((n.gpus for n in nodes), default=1),
-                                     {str(k): p.remaining for k, p in progress.items() if p.remaining is not None})
-        if self._policy is not None and getattr(self._policy, "speed", None) is not None:
-            self._policy.speed = self._speed   # fresh progress for a policy built in an earlier slot
-        actions = self.policy.decide(view)
-        wanted = {int(a.job): a.gpus for a in actions if str(a.job).isdigit()}
+        self._elastic = elastic_jobs(jobs)
+        if not self._elastic:
+            return None
+        self.speed.gpus_per_node = max((n.gpus for n in nodes), default=1)
+        self._nodes = {n.name: n for n in nodes}
+        view = self._view(jobs, nodes)
+        running = {str(k) for k in self._elastic}
+        for gone in self._measured - running:   # finished (or no longer elastic): its observations go
+            self.speed.forget(gone)
+        self._measured = running
+        return view
+
+    def reports(self) -> Iterable[Report]:
+        reports, self._reports = self._reports, []
+        return reports
+
+    def apply(self, done: Round) -> None:
+        report = self._report if self._report is not None else SlotReport()
+        counts = done.decision.counts
+        placed = {a.job: a for a in done.actions}
         busy = self.resizer.busy()
-        for job_id, item in elastic.items():
+        for job_id, item in self._elastic.items():
+            key = str(job_id)
+            held = sum(current_allocation(item.job).values())
+            report.decided[job_id] = counts.get(key, held)
             if job_id in busy:
                 report.skipped[job_id] = "a resize is in progress"
                 continue
+            if key not in counts:
+                continue
             try:
-                nodes = self._decide(item, wanted, nodes, report)
+                self._change(item, held, counts[key], placed.get(key), report)
             except Exception as exc:  # noqa: BLE001 -- one job must not stop the slot
                 report.failed[job_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 log.warning("job %s: skipped in this slot after an error: %s", job_id, exc,
                             exc_info=not isinstance(exc, LiquidError))
-        report.seconds = time.monotonic() - started
-        return report
 
-    def _decide(self, item: ElasticJob, wanted: Mapping[int, int], nodes: list[Node],
-                report: SlotReport) -> list[Node]:
-        """One job's target within its trusted range; the nodes as the next job must see them."""
-        job_id = item.job.job_id
-        held = sum(current_allocation(item.job).values())
-        target = min(max(int(wanted.get(job_id, held)), item.low), item.high)
-        report.decided[job_id] = target
-        if target == held:
-            return nodes
-        new = self._change(item, held, target, nodes, report)
-        if new is None:
-            return nodes
-        old = current_allocation(item.job)   # the next job of this slot must see where this one goes
-        return [replace(n, gpus_alloc=max(n.gpus_alloc - old.get(n.name, 0), 0) + new.get(n.name, 0)) for n in nodes]
+    def _eligible(self, job: JobView, state: ClusterState) -> ClusterState:
+        """The nodes Slurm would start `job` on (partition, GPU type, features, up)."""
+        live = self._jobs.get(job.id)
+        return state if live is None else job_view(live, self._nodes, state).state
 
-    def _view(self, jobs: list[Job], nodes: list[Node], elastic: Mapping[int, ElasticJob]
-              ) -> tuple[ClusterView, dict[int, Progress]]:
+    def _view(self, jobs: list[Job], nodes: list[Node]) -> ClusterView:
         now = self.now()
-        views, reports = [], {}
+        views = []
+        self._jobs = {}
         for job in sorted(jobs, key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id)):
             if not (job.is_running or job.is_pending) or job.gpus <= 0:
                 continue
-            item = elastic.get(job.job_id)
+            item = self._elastic.get(job.job_id)
             trusted = item.trusted if item else None
-            report = self.progress(job) if item else Progress()
+            progress = self.progress(job) if item else Progress()
+            allocation = tuple(current_allocation(job).items()) if job.is_running else ()
             if item:
-                reports[job.job_id] = report
+                self._observe(job, trusted, allocation, progress, now)
             started = job.start_time.timestamp() if job.start_time and job.is_running else None
+            self._jobs[str(job.job_id)] = job
             views.append(JobView(
                 id=str(job.job_id), submit_time=job.submit_time.timestamp() if job.submit_time else now,
-                gpus=job.gpus, allocation=tuple(current_allocation(job).items()) if job.is_running else (),
+                gpus=job.gpus, allocation=allocation,
                 min_gpus=item.low if item else 1, max_gpus=item.high if item else None,
                 attained_gpu_seconds=(now - started) * job.gpus if started else 0.0, restarts=job.restarts,
-                app=TRACE_APPS.get(trusted.model) if trusted else None,
+                app=trace_app(trusted.model) if trusted else None,
                 batch_size=trusted.batch if trusted else None,
-                epoch=report.epoch, time_limit_s=job.time_limit_s, started_at=started))
-        node_views = tuple(NodeView(n.name, n.gpus, self.topology.leaf_of(n.name) if n.name in self.topology else "s0")
+                epoch=progress.epoch, time_limit_s=job.time_limit_s, started_at=started, gpu_type=job.gpu_type))
+        # A node's GPUs that no listed job holds (shards, jobs without a GPU count) are not free.
+        held: dict[str, int] = {}
+        for view in views:
+            for name, gpus in view.allocation:
+                held[name] = held.get(name, 0) + gpus
+        node_views = tuple(NodeView(n.name, max(n.gpus - max(n.gpus_alloc - held.get(n.name, 0), 0), 0),
+                                    self.topology.leaf_of(n.name) if n.name in self.topology else "s0", n.gpu_type)
                            for n in nodes if n.available)
-        return ClusterView(now, node_views, tuple(views), self.config.elastic.restart_penalty_s), reports
+        return ClusterView(now, node_views, tuple(views), self.config.elastic.restart_penalty_s)
 
-    def _change(self, item: ElasticJob, held: int, target: int, nodes: list[Node], report: SlotReport) -> dict[str, int] | None:
+    def _observe(self, job: Job, trusted: TrustedSpec, allocation, progress: Progress, now: float) -> None:
+        """The job's report as an observation of its speed on what it holds now (a claim: the speed room
+        bounds it, and the policy only ever moves the job inside its trusted range). It counts only when
+        written on this allocation since it started; the batch is the trusted one. Otherwise only the
+        steps count."""
+        observation = None
+        gpus, nodes = sum(g for _, g in allocation), len(allocation)
+        since = job.start_time.timestamp() if job.start_time else None
+        if allocation and trusted.batch and progress.measured_on(gpus, nodes, since):
+            observation = Observation(job=str(job.job_id), gpus=gpus, nodes=nodes, batch=int(trusted.batch),
+                                      samples_per_s=float(progress.samples_per_s), at=now)
+        if observation is not None or progress.step is not None:
+            self._reports.append(Report(str(job.job_id), observation, progress.step, progress.total, trusted.model))
+
+    def _change(self, item: ElasticJob, held: int, target: int, action: Action | None, report: SlotReport) -> None:
         job, cfg = item.job, self.config.elastic
+        if action is None or action.gpus != target:
+            report.skipped[job.job_id] = f"{target} GPUs cannot be placed now"
+            return
+        if not item.low <= target <= item.high:
+            report.skipped[job.job_id] = f"{target} GPUs is outside the job's range {item.low}:{item.high}"
+            return
         now = self.now()
         recent = self.journal.recent(job.job_id, now - 3600)
         if recent and now - recent[-1].started < cfg.min_change_interval_s:
             report.skipped[job.job_id] = "changed too recently"
-            return None
+            return
         if len(recent) >= cfg.max_changes_per_hour:
             report.skipped[job.job_id] = "hourly change limit"
-            return None
+            return
         if job.start_time and now - job.start_time.timestamp() < cfg.min_change_interval_s:
             report.skipped[job.job_id] = "started too recently"
-            return None
-        new = self._place(job, target, nodes)
-        if new is None:
-            report.skipped[job.job_id] = f"{target} GPUs cannot be placed now"
-            return None
+            return
+        new = dict(action.allocation)
         step = f"{format_placed(current_allocation(job))}->{format_placed(new)}"
         if self.config.daemon.mode != "enforce":
             record = Record.of_comment(job.comment).with_fields(would_resize=f"{held}to{target}")
@@ -230,26 +265,14 @@ class Adjuster:
             except LiquidError as exc:
                 log.warning("job %s: shadow note failed: %s", job.job_id, exc)
             report.skipped[job.job_id] = f"shadow: would resize {step}"
-            return None
-        change = self.resizer.start(job, new, item.checkpointing, why=f"{self.config.elastic.policy}-slot")
+            return
+        # The record says what the decision knew of the job's speed: measured, or which prior.
+        source = self.speed.source(str(job.job_id))
+        known = "measured" if source.startswith("measured") else source
+        change = self.resizer.start(job, new, item.checkpointing, why=f"{self.config.elastic.policy}-slot/speed:{known}")
         if change.phase == "done":
             report.resized[job.job_id] = step
-            return new
-        if change.finished:
+        elif change.finished:
             report.skipped[job.job_id] = f"{change.phase}: {change.note}"
-            return None
-        report.started[job.job_id] = f"{step}, {change.phase}"
-        return new
-
-    def _place(self, job: Job, gpus: int, nodes: list[Node]) -> dict[str, int] | None:
-        """A placement of `gpus` the same on every node, counting the job's own GPUs as free."""
-        own = current_allocation(job)
-        state = ClusterState.from_nodes(nodes)
-        state = ClusterState({name: replace(n, gpus_free=min(n.gpus, n.gpus_free + own.get(name, 0)))
-                              for name, n in state.nodes.items()})
-        per_node_max = max((n.gpus for n in nodes), default=0)
-        for count, per_node in uniform_placement_sizes(gpus, per_node_max):
-            placement = self.placer.place(PlacementRequest(str(job.job_id), gpus, per_node, job.gpu_type), state)
-            if placement.placed:
-                return dict(placement.nodes)
-        return None
+        else:
+            report.started[job.job_id] = f"{step}, {change.phase}"

@@ -1,11 +1,11 @@
 """The one scheduling-policy interface, driven by both the simulator and the live daemon.
 
 A policy sees a `ClusterView` (the nodes, the active jobs and what each holds now) and
-answers with `Action`s: the allocation each job should hold from now on. It never
-learns whether the view came from Slurm or from the simulator, and it never applies
-anything itself: the caller (simulator engine or Slurm actuator) compares each action
-with the job's current allocation and restarts, starts or suspends the job when they
-differ. A job that no action names keeps what it holds.
+answers with a `Decision`: the GPU count each job should hold from now on. It never
+learns whether the view came from Slurm or from the simulator, never picks nodes and
+never applies anything itself: the loop (`slurm_liquid.loop`) places the counts with
+the placer and the shape rules of its back end, and the back end (simulator or Slurm)
+restarts, starts or suspends each job whose `Action` differs from what it holds.
 
 Allocations are ordered tuples of (node name, GPUs): the order is the rank order of
 the job's replicas, which the measured step times depend on (see SIMULATOR.md 3.3).
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Protocol, Sequence
 
-from slurm_liquid.placement.base import ClusterState, NodeState, Placement, PlacementRequest, Placer
+from slurm_liquid.placement.base import ClusterState, NodeState
 
 Allocation = tuple[tuple[str, int], ...]
 
@@ -28,6 +28,7 @@ class NodeView:
     name: str
     gpus: int
     switch: str = "s0"
+    gpu_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class JobView:
     epochs: int | None = None
     time_limit_s: float | None = None  # the user's wall-time limit (FIFO backfill uses it)
     started_at: float | None = None  # when the current allocation began
+    gpu_type: str | None = None  # the GPU type the job asked for (None: any)
 
     @property
     def allocated(self) -> int:
@@ -81,7 +83,8 @@ class ClusterView:
         for job in self.jobs if keep is None else keep:
             for node, gpus in job.allocation:
                 used[node] = used.get(node, 0) + gpus
-        return ClusterState({n.name: NodeState(n.name, n.gpus, n.gpus - used.get(n.name, 0)) for n in self.nodes})
+        return ClusterState({n.name: NodeState(n.name, n.gpus, max(n.gpus - used.get(n.name, 0), 0), n.gpu_type)
+                             for n in self.nodes})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +99,30 @@ class Action:
         return sum(g for _, g in self.allocation)
 
 
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy's answer: how many GPUs jobs should hold from now on, never on which nodes.
+
+    `moves` are (job id, GPU count) pairs in the order the place stage places them; a count of 0
+    suspends the job. A running job that `moves` does not name keeps the nodes it holds.
+    """
+
+    moves: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(self.moves)
+
+    @classmethod
+    def resize(cls, view: ClusterView, counts: Sequence[int]) -> "Decision":
+        """Each job of `view.jobs` at its count from `counts`: a job whose count is unchanged keeps its
+        nodes (no restart); the others are placed in ascending order of count (stable: ties go in
+        arrival order), smallest first, as the Pollux artifact's policies do."""
+        moves = [(j.id, n) for j, n in zip(view.jobs, counts) if not (n and j.allocated == n)]
+        moves.sort(key=lambda jn: jn[1])
+        return cls(tuple(moves))
+
+
 class Policy(Protocol):
     """A scheduling policy: stateful across calls, reset between independent runs."""
 
@@ -105,8 +132,8 @@ class Policy(Protocol):
         """Forget everything learned from earlier calls (a new simulation or a daemon restart)."""
         ...
 
-    def decide(self, view: ClusterView) -> list[Action]:
-        """The allocations that should change now."""
+    def decide(self, view: ClusterView) -> Decision:
+        """The GPU counts that should change now (placement is the loop's next stage)."""
         ...
 
 
@@ -120,46 +147,6 @@ class SpeedModel(Protocol):
     def remaining_iterations(self, job: JobView) -> float:
         """Optimizer steps `job` still needs at its batch size."""
         ...
-
-
-def as_allocation(placement: Placement) -> Allocation:
-    if placement.nodes is None:
-        return ()
-    return tuple((node, int(g)) for node, g in placement.nodes.items() if g)
-
-
-def place_in_order(placer: Placer, view: ClusterView, counts: Sequence[tuple[JobView, int]],
-                   keep: Iterable[JobView]) -> list[Action]:
-    """Place each (job, GPU count) in turn on what `keep` leaves free; suspend those that do not fit.
-
-    Jobs whose count is 0 are suspended. Each placement sees the GPUs the previous ones took.
-    """
-    state = view.free_state(keep)
-    actions: list[Action] = []
-    for job, gpus in counts:
-        if gpus <= 0:
-            if job.allocation:
-                actions.append(Action(job.id))
-            continue
-        placement = placer.place(PlacementRequest(job.id, gpus), state)
-        if placement.placed:
-            state = state.take(placement)
-            actions.append(Action(job.id, as_allocation(placement)))
-        elif job.allocation:
-            actions.append(Action(job.id))
-    return actions
-
-
-def apply_counts(placer: Placer, view: ClusterView, counts: Sequence[int]) -> list[Action]:
-    """Actions giving each job of `view.jobs` its GPU count from `counts`.
-
-    A job whose count is unchanged keeps its nodes (no restart); the others are placed
-    in ascending order of count (stable, so ties go in arrival order), smallest first.
-    """
-    keep = [j for j, n in zip(view.jobs, counts) if n and j.allocated == n]
-    kept = {j.id for j in keep}
-    moves = sorted(((j, n) for j, n in zip(view.jobs, counts) if j.id not in kept), key=lambda jn: jn[1])
-    return place_in_order(placer, view, moves, keep)
 
 
 def changed(view: ClusterView, actions: Iterable[Action]) -> dict[str, Allocation]:

@@ -11,16 +11,11 @@ from __future__ import annotations
 
 import heapq
 
-from slurm_liquid.placement.base import Placer
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, apply_counts
+from slurm_liquid.policy.base import ClusterView, Decision
 
 
 class DRF:
     name = "drf"
-
-    def __init__(self, placer: Placer | None = None) -> None:
-        self.placer = placer or MostFreeGreedy()
 
     def reset(self) -> None:
         pass
@@ -43,5 +38,5 @@ class DRF:
                 heapq.heappush(heap, (n + 1, i))
         return counts
 
-    def decide(self, view: ClusterView) -> list[Action]:
-        return apply_counts(self.placer, view, self.allocate(view))
+    def decide(self, view: ClusterView) -> Decision:
+        return Decision.resize(view, self.allocate(view))

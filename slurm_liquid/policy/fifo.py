@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import math
 
-from slurm_liquid.placement.base import Placer
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, JobView, place_in_order
+from slurm_liquid.policy.base import ClusterView, Decision, JobView
 
 
 def _end(job: JobView, now: float) -> float:
@@ -27,14 +25,13 @@ def _end(job: JobView, now: float) -> float:
 class FifoBackfill:
     name = "fifo"
 
-    def __init__(self, placer: Placer | None = None, backfill: bool = True) -> None:
-        self.placer = placer or MostFreeGreedy()
+    def __init__(self, backfill: bool = True) -> None:
         self.backfill = backfill
 
     def reset(self) -> None:
         pass
 
-    def decide(self, view: ClusterView) -> list[Action]:
+    def decide(self, view: ClusterView) -> Decision:
         now = view.now
         running = [j for j in view.jobs if j.allocation]
         free = view.total_gpus - sum(j.allocated for j in running)
@@ -71,4 +68,4 @@ class FifoBackfill:
                 start.append((job, job.gpus))
                 free -= job.gpus
                 extra -= job.gpus
-        return place_in_order(self.placer, view, start, running)
+        return Decision(tuple((job.id, gpus) for job, gpus in start))

@@ -3,7 +3,7 @@
 Every job gets one GPU in arrival order while any remain; then GPUs go one at a time to
 the job with the largest marginal gain (T(n) - T(n+1)) x remaining iterations, as the
 `SpeedModel` predicts (the simulator's oracle, or a model fitted on the live cluster).
-A job keeps its nodes when its GPU count is unchanged; the others are placed in
+A job keeps its nodes when its GPU count is unchanged; the loop places the others in
 ascending order of GPU count.
 """
 
@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from slurm_liquid.placement.base import Placer
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, JobView, SpeedModel, apply_counts
+from slurm_liquid.policy.base import ClusterView, Decision, JobView, SpeedModel
 
 # The artifact fixes ncf to one GPU under Optimus.
 FIXED_GPUS = {"ncf": 1}
@@ -22,9 +20,8 @@ FIXED_GPUS = {"ncf": 1}
 class Optimus:
     name = "optimus"
 
-    def __init__(self, speed: SpeedModel, placer: Placer | None = None) -> None:
+    def __init__(self, speed: SpeedModel) -> None:
         self.speed = speed
-        self.placer = placer or MostFreeGreedy()
 
     def reset(self) -> None:
         pass
@@ -67,6 +64,5 @@ class Optimus:
                 heapq.heappush(heap, (-g, i))
         return counts
 
-    def decide(self, view: ClusterView) -> list[Action]:
-        counts = self.allocate(view)
-        return apply_counts(self.placer, view, counts)
+    def decide(self, view: ClusterView) -> Decision:
+        return Decision.resize(view, self.allocate(view))

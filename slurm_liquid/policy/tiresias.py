@@ -4,21 +4,18 @@ Jobs run rigidly at the GPU count they asked for. New jobs enter the high-priori
 Q0; a job that has used `threshold` GPU-seconds while running drops to Q1 for good
 (starvation promotion is off, as in the artifact). Every interval the queues are walked
 in order and each job that still fits runs; the rest are suspended (preempted).
-Running jobs keep their nodes; newly admitted ones are placed by the placer.
+Running jobs keep their nodes; the loop places newly admitted ones.
 """
 
 from __future__ import annotations
 
-from slurm_liquid.placement.base import Placer
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, place_in_order
+from slurm_liquid.policy.base import ClusterView, Decision
 
 
 class Tiresias:
     name = "tiresias"
 
-    def __init__(self, placer: Placer | None = None, threshold_gpu_s: float = 16 * 3600) -> None:
-        self.placer = placer or MostFreeGreedy()
+    def __init__(self, threshold_gpu_s: float = 16 * 3600) -> None:
         self.threshold = threshold_gpu_s
         self.reset()
 
@@ -26,7 +23,7 @@ class Tiresias:
         self.queues: tuple[list[str], list[str]] = ([], [])
         self.state: dict[str, list] = {}  # id -> [running, executed wall seconds, last check, queue]
 
-    def decide(self, view: ClusterView) -> list[Action]:
+    def decide(self, view: ClusterView) -> Decision:
         now = int(view.now)
         jobs = {j.id: j for j in view.jobs}
         q0, q1 = self.queues
@@ -69,7 +66,7 @@ class Tiresias:
                 free -= job.gpus
                 run.append(job)
         admitted = {j.id for j in run}
-        keep = [j for j in run if j.allocation]
-        counts = [(j, 0) for j in view.jobs if j.id not in admitted and j.allocation]
-        counts += [(j, j.gpus) for j in run if not j.allocation]
-        return place_in_order(self.placer, view, counts, keep)
+        # Admitted running jobs keep their nodes (not named); the others are preempted.
+        moves = [(j.id, 0) for j in view.jobs if j.id not in admitted and j.allocation]
+        moves += [(j.id, j.gpus) for j in run if not j.allocation]
+        return Decision(tuple(moves))

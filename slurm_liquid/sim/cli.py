@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="greedy: the artifact's most-free-node rule (default, used for calibration); "
                              "liquid: Liquid best-fit; or any other placer of the placement room (ga, slurm, first-fit, random)")
     parser.add_argument("--alpha", type=float, default=0.5, help="Liquid best-fit network/load trade (default 0.5)")
+    parser.add_argument("--speed", choices=("oracle", "measured"), default="oracle",
+                        help="what policies know of each job's speed: oracle = the traces' exact answers (default; "
+                             "the published numbers), measured = the speed room fitted on each job's progress reports, "
+                             "as on the live cluster")
+    parser.add_argument("--shape", choices=("free", "uniform"), default="free",
+                        help="GPUs per node of a multi-node job: free = any (the artifact's, default), uniform = the same "
+                             "on every node, as Slurm expresses it (what the live daemon does)")
     parser.add_argument("--rigid", action="store_true", help="jobs never run on other than the GPUs they asked for")
     parser.add_argument("--batch-scaling", action="store_true",
                         help="jobs pick their own goodput-best batch size at every start and epoch (Pollux/AdaptDL-style "
@@ -110,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.workload in SETTINGS:
         return _run_paper(args)
     from slurm_liquid.sim.engine import ClusterConfig
+    from slurm_liquid.loop import Shape
     from slurm_liquid.sim.runner import make_placer, run_all, summarise
 
     policies = _policies(args.policy)
@@ -129,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
         from slurm_liquid.policy.dl2.io import load_policy
 
         load_policy(args.policy_file)  # a bad file fails before any simulation runs
-    results = run_all(workloads, policies, config, placer, progress=progress, policy_file=args.policy_file)
+    results = run_all(workloads, policies, config, placer, progress=progress, policy_file=args.policy_file,
+                      speed=args.speed, shape=Shape(args.shape))
     summaries = [summarise(p, label, per) for p, per in results.items()]
     if args.json:
         json.dump(summaries, sys.stdout, indent=1)

@@ -2,7 +2,8 @@
 
 Two ways to drive it:
 
-- `Simulator.run(policy)`: the whole workload, returns a `SimResult`.
+- `Simulator.run(policy)`: the whole workload through the one scheduling loop
+  (`slurm_liquid.loop`, with `sim.backend.SimBackend`), returns a `SimResult`.
 - `view = sim.reset()`, then `view = sim.step(actions)` until it returns None: one
   scheduling slot per call, for policies trained in the loop (DL2). After each step,
   `sim.last_progress` holds the slot's normalised progress (a ready-made reward).
@@ -16,15 +17,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, Policy
+from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, Policy, SpeedModel
 from slurm_liquid.sim.apps import load_app
 from slurm_liquid.sim.job import SimJob
 from slurm_liquid.sim.oracle import isolated_runtime
 from slurm_liquid.sim.workload import MAX_MEASURED_GPUS, JobSpec, check_fits
 
+
+if TYPE_CHECKING:
+    from slurm_liquid.loop import PlaceStage
 
 MAX_GPUS_PER_NODE = 4  # placements.csv measures 1-4 replicas per node
 
@@ -152,17 +156,26 @@ class Simulator:
         return self._advance()
 
     # -- whole runs --------------------------------------------------------------------
-    def run(self, policy: Policy, progress: bool = False) -> SimResult:
+    def run(self, policy: Policy, place: "PlaceStage | None" = None, speed: SpeedModel | None = None,
+            progress: bool = False) -> SimResult:
+        """The whole workload under `policy`, through the one scheduling loop (`slurm_liquid.loop`).
+
+        `place`: the place stage (default: the artifact's greedy rule, any GPUs per node); `speed`: the
+        speed model `policy` was built with, when it learns from the simulated progress reports."""
+        from slurm_liquid.loop import Loop, PlaceStage
+        from slurm_liquid.placement.greedy import MostFreeGreedy
+        from slurm_liquid.sim.backend import SimBackend
+
+        loop = Loop(policy, place or PlaceStage(MostFreeGreedy()), speed)
         policy.reset()
-        view = self.reset()
+        backend = SimBackend(self)
         bar = None
         if progress:
             from tqdm import tqdm
 
             bar = tqdm(total=len(self.jobs), desc=f"{policy.name} {self.name}", unit="job", leave=False)
         done = 0
-        while view is not None:
-            view = self.step(policy.decide(view))
+        while loop.turn(backend) is not None:
             if bar is not None:
                 bar.update(self.completed - done)
                 done = self.completed

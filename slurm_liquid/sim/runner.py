@@ -7,7 +7,10 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.loop import PlaceStage, Shape
 from slurm_liquid.placement.base import Placer
+from slurm_liquid.placement.greedy import MostFreeGreedy
+from slurm_liquid.policy.base import SpeedModel
 from slurm_liquid.policy import make_policy
 from slurm_liquid.sim.engine import ClusterConfig, SimResult, Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
@@ -54,16 +57,37 @@ def make_placer(kind: str, config: ClusterConfig, alpha: float = 0.5) -> tuple[C
     return config, placer
 
 
+SPEEDS = ("oracle", "measured")
+
+
+def make_speed(kind: str, config: ClusterConfig) -> SpeedModel:
+    """The speed model policies consult: the traces' exact answers (a reference run) or the speed room
+    fitted on each job's simulated progress reports, as on the live cluster."""
+    if kind == "oracle":
+        return OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
+    if kind == "measured":
+        from slurm_liquid.speed import MeasuredSpeedModel
+
+        return MeasuredSpeedModel(config.gpus_per_node)
+    raise UsageError(f"unknown speed model {kind!r} (known: {', '.join(SPEEDS)})")
+
+
 def run_all(workloads: Mapping[str, Sequence[JobSpec]], policies: Sequence[str], config: ClusterConfig,
             placer: Placer | None = None, progress: bool = False,
-            policy_file: str | None = None) -> dict[str, dict[str, SimResult]]:
-    """policy -> workload -> result, every policy on every workload."""
-    speed = OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
+            policy_file: str | None = None, speed: str = "oracle",
+            shape: Shape = Shape.FREE) -> dict[str, dict[str, SimResult]]:
+    """policy -> workload -> result, every policy on every workload.
+
+    Each run gets a fresh policy and speed model: what a measured model learned on one workload must
+    not help on the next."""
+    place = PlaceStage(placer or MostFreeGreedy(), Shape(shape))
     sims = {name: Simulator(specs, config, name) for name, specs in workloads.items()}
     out: dict[str, dict[str, SimResult]] = {}
     for pname in policies:
-        policy = make_policy(pname, placer, speed, policy_file) if policy_file else make_policy(pname, placer, speed)
-        out[policy.name] = {name: sim.run(policy, progress=progress) for name, sim in sims.items()}
+        for name, sim in sims.items():
+            model = make_speed(speed, config)
+            policy = make_policy(pname, model, policy_file)
+            out.setdefault(policy.name, {})[name] = sim.run(policy, place, model, progress=progress)
     return out
 
 

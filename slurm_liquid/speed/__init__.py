@@ -6,6 +6,6 @@ never imports the simulator or the daemon: the traces reach it only as the fitte
 
 from slurm_liquid.speed.model import MeasuredSpeedModel, Observation, check
 from slurm_liquid.speed.params import ThroughputParams
-from slurm_liquid.speed.prior import Prior
+from slurm_liquid.speed.prior import Prior, trace_app
 
-__all__ = ["MeasuredSpeedModel", "Observation", "Prior", "ThroughputParams", "check"]
+__all__ = ["MeasuredSpeedModel", "Observation", "Prior", "ThroughputParams", "check", "trace_app"]

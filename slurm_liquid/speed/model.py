@@ -362,15 +362,16 @@ class MeasuredSpeedModel:
 
     def reach(self, job: JobView) -> int:
         """The widest GPU count a policy may give `job` now: one step past the widest width it was
-        measured at (double it, by at most one node), else the width it runs at (or asked for);
-        never below its minimum, never past its maximum."""
+        measured at or holds (double it, by at most one node); a job not running and never measured
+        starts at most at its request. Never below its minimum, never past its maximum."""
         state = self._jobs.get(job.id)
         if state is not None and state.measured:
-            widest = max(k[0] for k in state.widths)
-            step = min(2 * widest, widest + self.gpus_per_node)
-            limit = max(step, job.allocated)
+            widest = max(max(k[0] for k in state.widths), job.allocated)
         else:
-            limit = job.allocated or job.gpus
+            # Not measured yet: its prior decides, from the width it holds, one step at a time (a job
+            # that never reports still grows, only no faster); a job not running starts at its request.
+            widest = job.allocated
+        limit = min(2 * widest, widest + self.gpus_per_node) if widest else job.gpus
         return max(min(limit, job.upper), job.min_gpus, 1)
 
     def source(self, job_id: str) -> str:

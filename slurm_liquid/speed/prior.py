@@ -9,6 +9,8 @@ only their shape is trusted once a job reports: the fit rescales the prior to th
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import json
 import math
 import os
@@ -116,3 +118,15 @@ def _find(model: str):
         return load_catalog().find(model)
     except (LiquidError, OSError, ValueError):
         return None
+
+
+@lru_cache(maxsize=1)
+def shipped() -> Prior:
+    """The shipped table, read once per process."""
+    return Prior.default()
+
+
+def trace_app(model: str | None) -> str | None:
+    """The trace application measured for a model (by catalog or trace name), None if none was: the
+    name policies' per-application features use (DL2's one-hot, Optimus's fixed-GPU rule)."""
+    return shipped().trace_of(model) if model else None

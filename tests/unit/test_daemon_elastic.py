@@ -20,7 +20,7 @@ from slurm_liquid.ledger.placed import format_placed, parse_placed
 from slurm_liquid.daemon.elastic import Adjuster, SlotReport, elastic_jobs
 from slurm_liquid.daemon.journal import Journal
 from slurm_liquid.daemon.resize import Checkpointing
-from slurm_liquid.policy.base import Action, ClusterView
+from slurm_liquid.policy.base import ClusterView, Decision, JobView
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.jobspec import parse_directives
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
@@ -183,7 +183,7 @@ def test_a_poisoned_progress_report_never_breaks_the_slot(report) -> None:
     work = Adjuster(client, config("drf"), TOPOLOGY, Journal(":memory:", now=lambda: NOW),
                     progress=lambda job: report, now=lambda: NOW)
     result = work.run_slot()
-    assert result.failed == {} and result.decided == {7: 8}
+    assert result.failed == {} and result.decided == {7: 4}   # one step past the 2 it holds
 
 
 def test_a_forged_record_without_the_tag_is_never_resized() -> None:
@@ -200,14 +200,15 @@ def test_static_policy_changes_nothing() -> None:
 
 
 def test_drf_grows_a_lone_elastic_job_to_its_maximum_the_same_on_every_node() -> None:
-    report, client = slot([running(7, {"gpu01": 2})])
-    assert report.decided == {7: 8}                  # the whole cluster is free, 8 is the job's maximum
+    report, client = slot([running(7, {"gpu01": 4})])
+    assert report.decided == {7: 8}     # the whole cluster is free, 8 is the job's maximum (one step from 4)
     new = resized_to(client)
     assert sum(new.values()) == 8 and max(new.values()) <= 4
     assert len({TOPOLOGY.leaf_of(n) for n in new}) == 1   # 2 x 4 fits under one leaf: no spread
-    assert report.resized == {7: f"gpu01:2->{format_placed(new)}"}
+    assert report.resized == {7: f"gpu01:4->{format_placed(new)}"}
     record = Record.parse(client.update_job.call_args.kwargs["Comment"])
-    assert parse_placed(record.get("placed")) == new and record.get("resized") == "2to8"
+    assert parse_placed(record.get("placed")) == new and record.get("resized") == "4to8"
+    assert record.get("note") == "drf-slot/speed:trace:imagenet"   # no report yet: resnet50's prior
     client.release.assert_called_once_with(7)
 
 
@@ -232,10 +233,8 @@ class FixedPolicy:
     def reset(self) -> None:
         pass
 
-    def decide(self, view: ClusterView) -> list[Action]:
-        nodes = [n.name for n in view.nodes]
-        allocation = tuple((nodes[i % len(nodes)], 1) for i in range(self.gpus))
-        return [Action("7", allocation)]
+    def decide(self, view: ClusterView) -> Decision:
+        return Decision((("7", self.gpus),))
 
 
 @pytest.mark.parametrize("asked, decided, shape", [
@@ -245,6 +244,7 @@ class FixedPolicy:
 ])
 def test_decisions_are_clamped_to_the_elastic_range(monkeypatch, asked: int, decided: int, shape) -> None:
     monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args: FixedPolicy(asked))
+    # 4 GPUs held: one step of the unmeasured job's reach is 8, so the range (2:6) is what clamps.
     report, client = slot([running(7, {"gpu01": 4}, "model=resnet50 elastic=2:6")])
     assert report.decided == {7: decided}
     new = resized_to(client)
@@ -255,7 +255,7 @@ def test_decisions_are_clamped_to_the_elastic_range(monkeypatch, asked: int, dec
 
 def test_a_rigid_running_job_is_never_touched() -> None:
     rigid = running(5, {"gpu03": 4}, "model=bert-large")
-    report, client = slot([running(7, {"gpu01": 2}, submitted_ago=9000), rigid])
+    report, client = slot([running(7, {"gpu01": 4}, submitted_ago=9000), rigid])
     assert report.decided == {7: 8}
     assert "gpu03" not in resized_to(client)
     assert changed_jobs(client) == {7}
@@ -265,7 +265,7 @@ def test_the_job_is_skipped_with_a_reason_when_no_even_placement_exists() -> Non
     # Three rigid jobs hold 3 GPUs on each of gpu02-04: DRF gives the elastic job 1 + 6 = 7 GPUs,
     # and 7 (a prime) is only 7 nodes x 1 GPU in Slurm's terms: there are 4 nodes.
     rigid = [running(i, {f"gpu0{i}": 3}, "model=bert-large") for i in (2, 3, 4)]
-    report, client = slot([running(7, {"gpu01": 2}, submitted_ago=9000), *rigid])
+    report, client = slot([running(7, {"gpu01": 4}, submitted_ago=9000), *rigid])
     assert report.decided == {7: 7}
     assert "cannot be placed" in report.skipped[7]
     assert changed_jobs(client) == set()
@@ -274,7 +274,7 @@ def test_the_job_is_skipped_with_a_reason_when_no_even_placement_exists() -> Non
 def test_two_jobs_resized_in_one_slot_never_ask_for_the_same_gpus() -> None:
     # Both grow to 8 = 2 x 4; leaf1 is half taken by the two jobs themselves, so the first goes to leaf2
     # and the second fits only where the first left (leaf1), not on leaf2 again.
-    report, client = slot([running(7, {"gpu01": 2}), running(6, {"gpu02": 2}, submitted_ago=8000)])
+    report, client = slot([running(7, {"gpu01": 4}), running(6, {"gpu02": 4}, submitted_ago=8000)])
     assert report.decided == {6: 8, 7: 8}
     asked: dict[str, int] = {}
     for (_, per_node), kwargs in client.resize.call_args_list:
@@ -307,7 +307,7 @@ def history(*changes: tuple[float, str]) -> Journal:
 ])
 def test_limits_hold_a_change_back(changes, limits, started_ago: float, skipped: str | None) -> None:
     report, client = slot([running(7, {"gpu01": 2}, started_ago=started_ago)], config(**limits), history(*changes))
-    assert report.decided == {7: 8}
+    assert report.decided == {7: 4}
     if skipped:
         assert report.skipped == {7: skipped} and changed_jobs(client) == set()
     else:
@@ -332,7 +332,7 @@ def test_shadow_mode_only_notes_what_it_would_do() -> None:
     (job_id,), fields = client.update_job.call_args
     assert job_id == 7 and set(fields) == {"Comment"}
     record = Record.parse(fields["Comment"])
-    assert record.get("would_resize") == "2to8" and record.get("placed") == "gpu01:2"
+    assert record.get("would_resize") == "2to4" and record.get("placed") == "gpu01:2"
     assert report.skipped[7].startswith("shadow: would resize gpu01:2->") and not report.resized
     assert journal.count_since(0) == 0 and journal.unfinished() == []
 
@@ -358,25 +358,59 @@ class Recorder(FixedPolicy):
         super().__init__(0)
         self.speed = speed
 
-    def decide(self, view: ClusterView) -> list[Action]:
-        return []
+    def decide(self, view: ClusterView) -> Decision:
+        return Decision()
 
 
 def test_every_slot_gives_the_policy_the_jobs_fresh_progress(monkeypatch) -> None:
     made = []
     monkeypatch.setattr(slurm_liquid.policy, "make_policy",
-                        lambda name, placer, speed, path: made.append(Recorder(speed)) or made[-1])
+                        lambda name, speed, path: made.append(Recorder(speed)) or made[-1])
     client = slurm([running(7, {"gpu01": 2})])
-    progress = {"total": 1000, "step": 100}
-    work = adjuster(client, config(), progress=progress)
+    work = adjuster(client, config(), progress={"total": 1000, "step": 100, "samples_per_s": 500.0,
+                                                 "gpus": 2, "nodes": 1, "time": NOW})
     work.run_slot()
-    assert made[0].speed.remaining == {"7": 900.0}
-    work.report_of = lambda job: {"total": 1000, "step": 600}
+    view = JobView("7", 0.0, 2, allocation=(("gpu01", 2),), batch_size=256, max_gpus=8)
+    assert made[0].speed.remaining_iterations(view) == 900
+    work.report_of = lambda job: {"total": 1000, "step": 600, "samples_per_s": 500.0, "gpus": 2, "nodes": 1,
+                                  "time": NOW}
     work.run_slot()
-    assert len(made) == 1 and made[0].speed.remaining == {"7": 400.0}
+    assert len(made) == 1 and made[0].speed.remaining_iterations(view) == 400
+    assert "measured" in made[0].speed.source("7")
     assert changed_jobs(client) == set()      # no action: the job keeps what it holds
 
 
+def test_an_unmeasured_job_grows_one_step_at_a_time() -> None:
+    # No samples/s reported: DRF would give the lone job its maximum (8), but a width the speed room
+    # has never seen is tried one step past what the job holds.
+    report, client = slot([running(7, {"gpu01": 2})])
+    assert report.bounded == {7: 4} and report.decided == {7: 4}
+    assert sum(resized_to(client).values()) == 4
+
+
+def per_job_speed(curves: dict[int, dict[int, float]]):
+    """Each job reports the samples/s its curve gives on the GPUs it holds now."""
+    def report_of(job: Job) -> dict:
+        return {"checkpoint_time": NOW, "step": 100, "total": 100_000, "gpus": job.gpus, "nodes": len(job.nodes),
+                "time": NOW, "samples_per_s": curves[job.job_id][job.gpus]}
+    return report_of
+
+
+def test_optimus_gives_gpus_where_the_measured_speed_grows_not_where_it_stops() -> None:
+    """Two jobs of the same model: 7 stops scaling past 2 GPUs, 6 scales linearly. After both were
+    measured at 1, 2 and 4 GPUs, Optimus gives the free GPUs to 6, and 7 holds at most 3."""
+    flat = {1: 100.0, 2: 190.0, 4: 180.0, 8: 170.0}
+    linear = {1: 100.0, 2: 200.0, 4: 400.0, 8: 800.0}
+    work = None
+    for width in (1, 2, 4):
+        jobs = [running(7, {"gpu01": width}), running(6, {"gpu03": width}, submitted_ago=8000)]
+        client = slurm(jobs)
+        if work is None:
+            work = Adjuster(client, config("optimus", mode="shadow"), TOPOLOGY, Journal(":memory:", now=lambda: NOW),
+                            progress=per_job_speed({7: flat, 6: linear}), now=lambda: NOW)
+        work.client = client
+        report = work.run_slot()
+    assert report.decided[7] <= 3 and report.decided[6] == 8, report
 # ---------------------------------------------------------------- the learned policy
 
 def test_dl2_runs_on_the_live_view_and_stays_within_the_range() -> None:
@@ -389,12 +423,11 @@ def test_dl2_runs_on_the_live_view_and_stays_within_the_range() -> None:
     assert changed_jobs(client) <= {6, 7}
 
 
-def test_the_speed_model_never_fails_past_what_the_batch_can_feed() -> None:
-    from slurm_liquid.daemon.elastic import LiveSpeedModel
-    from slurm_liquid.policy.base import JobView
-
-    model = LiveSpeedModel(4, {})
-    job = JobView("1", 0.0, 1, app="cifar10", batch_size=128, min_gpus=1, max_gpus=8)
-    times = [model.iteration_time(job, g) for g in range(1, 9)]
-    # 128 / 5 GPUs is below cifar10's smallest measured per-GPU batch (32): no faster than 4 GPUs.
-    assert times[0] > times[1] > times[3] and times[4:] == [times[3]] * 4
+def test_a_report_written_before_the_resize_says_nothing_of_the_new_width() -> None:
+    # The job now holds 2 GPUs (started an hour ago); its report still speaks of 1 GPU, or of 2 GPUs but
+    # from before it started on them: neither is a measurement of its speed on 2.
+    for stale in ({"gpus": 1, "nodes": 1, "time": NOW}, {"gpus": 2, "nodes": 1, "time": NOW - 7200}):
+        work = adjuster(slurm([running(7, {"gpu01": 2})]), config("drf"))
+        work.report_of = lambda job, stale=stale: {"step": 10, "total": 100, "samples_per_s": 999.0, **stale}
+        assert work.loop.observe(work) is not None
+        assert not work.speed.source("7").startswith("measured")

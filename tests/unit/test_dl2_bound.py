@@ -34,7 +34,7 @@ def test_bound_is_below_every_policy(penalty) -> None:
     config = ClusterConfig(nodes=4, restart_penalty=penalty)
     bound = lp_bound(SMALL, config, step=60)
     speed = OracleSpeedModel(config.gpus_per_node)
-    policies = [make_policy(p, None, speed) for p in POLICY_NAMES] + [OracleSRTF(speed)]
+    policies = [make_policy(p, speed) for p in POLICY_NAMES] + [OracleSRTF(speed)]
     for policy in policies:
         jct = Simulator(SMALL, config).run(policy).avg_jct_s
         assert bound <= jct, policy.name
@@ -48,7 +48,7 @@ def test_bound_holds_with_batch_scaling() -> None:
     speed = OracleSpeedModel(config.gpus_per_node, batch_scaling=True)
     bound = lp_bound(SMALL, config, step=60)
     for name in ("drf", "optimus", "tiresias"):
-        assert bound <= Simulator(SMALL, config).run(make_policy(name, None, speed)).avg_jct_s, name
+        assert bound <= Simulator(SMALL, config).run(make_policy(name, speed)).avg_jct_s, name
 
 
 def test_lone_job_bound_is_tight() -> None:

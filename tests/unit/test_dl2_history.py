@@ -10,7 +10,7 @@ import pytest
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.dl2.history import history_jobs, history_slots, load_history, node_capacity
-from slurm_liquid.policy.dl2.train import agreement, imitation_steps, new_params, supervised, teacher_counts
+from slurm_liquid.policy.dl2.train import ARTIFACT_PLACE, agreement, imitation_steps, new_params, supervised, teacher_counts
 from slurm_liquid.ledger import Record
 from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.slurm.models import Job
@@ -57,7 +57,7 @@ def _as_accounting(specs, teacher):
     runs: dict[int, list] = {}
     decided = []
     while view is not None:
-        actions = teacher.decide(view)
+        actions = ARTIFACT_PLACE.place(view, teacher.decide(view))
         counts = teacher_counts(view, actions)
         decided.append((view.now, dict(zip((j.id for j in view.jobs), counts))))
         new = {a.job: a.allocation for a in actions}

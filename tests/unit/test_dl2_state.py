@@ -5,7 +5,7 @@ import numpy as np
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import ClusterView, JobView, NodeView
 from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
-from slurm_liquid.policy.dl2.train import teacher_counts
+from slurm_liquid.policy.dl2.train import ARTIFACT_PLACE, teacher_counts
 from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 
@@ -73,7 +73,7 @@ def test_teacher_sequence_reproduces_drf_counts():
     view = sim.reset()
     checked = 0
     while view is not None and checked < 40:
-        actions = drf.decide(view)
+        actions = ARTIFACT_PLACE.place(view, drf.decide(view))
         target = teacher_counts(view, actions)
         state = SlotState(view, window=32, speed=OracleSpeedModel(4))  # least-service order
         while True:

@@ -2,6 +2,8 @@
 
 from hypothesis import given, settings, strategies as st
 
+from slurm_liquid.loop import PlaceStage
+from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, changed
 from slurm_liquid.policy.drf import DRF
 from slurm_liquid.policy.fifo import FifoBackfill
@@ -13,6 +15,11 @@ NODES = tuple(NodeView(f"n{i}", 4) for i in range(4))  # 16 GPUs
 
 def view(jobs, now=600.0):
     return ClusterView(now, NODES, tuple(jobs))
+
+
+def placed(policy, v):
+    """The policy's counts through the loop's place stage (the artifact's greedy rule)."""
+    return PlaceStage(MostFreeGreedy()).place(v, policy.decide(v))
 
 
 def gpus_of(actions):
@@ -35,7 +42,7 @@ def test_fifo_backfills_short_job_but_not_long_one() -> None:
     short = JobView("short", 20, 2, time_limit_s=300)  # ends at 900 < 1000: may jump ahead
     long_ = JobView("long", 30, 2, time_limit_s=5000)  # would delay head (needs 2 > 1 spare): waits
     tiny = JobView("tiny", 40, 1, time_limit_s=5000)  # fits the spare GPU the head leaves: may start
-    actions = FifoBackfill().decide(view([running, head, short, long_, tiny]))
+    actions = placed(FifoBackfill(), view([running, head, short, long_, tiny]))
     assert gpus_of(actions) == {"short": 2, "tiny": 1}
 
 
@@ -43,12 +50,12 @@ def test_fifo_without_limits_never_jumps_the_head() -> None:
     running = JobView("r", 0, 12, allocation=(("n0", 4), ("n1", 4), ("n2", 4)))
     head = JobView("head", 10, 16)
     small = JobView("small", 20, 1)
-    assert FifoBackfill().decide(view([running, head, small])) == []
+    assert placed(FifoBackfill(), view([running, head, small])) == []
 
 
 def test_fifo_never_preempts() -> None:
     running = JobView("r", 0, 16, allocation=tuple((n.name, 4) for n in NODES), started_at=0)
-    assert FifoBackfill().decide(view([running, JobView("new", 5, 1)])) == []
+    assert placed(FifoBackfill(), view([running, JobView("new", 5, 1)])) == []
 
 
 @settings(max_examples=60, deadline=None)
@@ -64,7 +71,7 @@ def test_drf_is_max_min_fair(specs) -> None:
     for i, (job, n) in enumerate(zip(jobs, counts)):
         if job.elastic and 0 < n < job.upper:
             assert all(m <= n + 1 for k, m in enumerate(counts) if jobs[k].elastic and k != i)
-    actions = DRF().decide(v)
+    actions = placed(DRF(), v)
     assert all(g <= 4 for g in used_per_node(v, actions).values())
     assert {k: sum(g for _, g in a) for k, a in changed(v, actions).items()} == {j.id: n for j, n in zip(jobs, counts) if n}
 
@@ -72,23 +79,23 @@ def test_drf_is_max_min_fair(specs) -> None:
 def test_tiresias_demotes_after_threshold_and_new_jobs_preempt() -> None:
     pol = Tiresias(threshold_gpu_s=4 * 600)
     big = JobView("big", 0, 16)
-    a1 = pol.decide(view([big], now=60))
+    a1 = placed(pol, view([big], now=60))
     assert gpus_of(a1) == {"big": 16}
     big = JobView("big", 0, 16, allocation=a1[0].allocation)
-    assert pol.decide(view([big], now=120)) == []  # 16 GPUs x 60 s < threshold? no: 960 < 2400, stays
+    assert placed(pol, view([big], now=120)) == []  # 16 GPUs x 60 s < threshold? no: 960 < 2400, stays
     # After 3 more minutes big has 16 x 240 = 3840 GPU-s >= 2400: it falls to Q1, and a new job
     # in Q0 that needs the GPUs preempts it.
     new = JobView("new", 200, 4)
-    actions = {a.job: a for a in pol.decide(view([big, new], now=300))}
+    actions = {a.job: a for a in placed(pol, view([big, new], now=300))}
     assert actions["big"].allocation == () and actions["new"].gpus == 4
 
 
 def test_tiresias_keeps_running_jobs_in_place() -> None:
     pol = Tiresias()
     a = JobView("a", 0, 6)
-    first = pol.decide(view([a], now=60))
+    first = placed(pol, view([a], now=60))
     a = JobView("a", 0, 6, allocation=first[0].allocation)
-    assert pol.decide(view([a, JobView("b", 70, 4)], now=120)) == [Action("b", (("n2", 4),))]
+    assert placed(pol, view([a, JobView("b", 70, 4)], now=120)) == [Action("b", (("n2", 4),))]
 
 
 class Linear:

@@ -2,6 +2,8 @@
 
 import pytest
 
+from slurm_liquid.loop import PlaceStage
+from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import Action
@@ -48,7 +50,7 @@ def test_step_api_matches_run_and_reports_progress() -> None:
     view = sim.reset()
     total = 0.0
     while view is not None:
-        view = sim.step(policy.decide(view))
+        view = sim.step(PlaceStage(MostFreeGreedy()).place(view, policy.decide(view)))
         total += sim.last_progress
     assert sim.done
     assert sim.result("tiresias").jcts == expected
@@ -80,7 +82,7 @@ def test_policy_acting_on_unknown_job_is_caught() -> None:
 def test_every_policy_finishes_every_job(name) -> None:
     jobs = [cifar(f"c{i}", 30.0 * i, g, 2048) for i, g in enumerate([6, 8, 12, 16, 6, 8])]
     jobs += [JobSpec(f"n{i}", 40.0 * i, "ncf", 1, 32768) for i in range(5)]
-    r = Simulator(jobs, ClusterConfig(nodes=4)).run(make_policy(name, None, OracleSpeedModel(4)))
+    r = Simulator(jobs, ClusterConfig(nodes=4)).run(make_policy(name, OracleSpeedModel(4)))
     assert len(r.jcts) == len(jobs)
     assert all(j > 0 for j in r.jcts.values())
     assert max(r.gpus_in_use) <= 16
@@ -108,7 +110,7 @@ def test_liquid_placement_keeps_jobs_inside_one_switch() -> None:
     jobs = [cifar(f"c{i}", 0, 6, 2048) for i in range(3)]
     sim = Simulator(jobs, config)
     view = sim.reset()
-    actions = Tiresias(placer).decide(view)
+    actions = PlaceStage(placer).place(view, Tiresias().decide(view))
     switch = {n.name: n.switch for n in view.nodes}
     for a in actions:
         assert len({switch[n] for n, _ in a.allocation}) == 1
@@ -147,5 +149,5 @@ def test_oracle_speed_model_answers_for_jobs_that_scale_their_batch() -> None:
 def test_speed_aware_policies_run_jobs_that_scale_their_batch(name) -> None:
     jobs = [JobSpec("y", 0, "yolov3", 4, 64), cifar("c", 120, 8, 2048), JobSpec("b", 200, "bert", 6, 384)]
     r = Simulator(jobs, ClusterConfig(nodes=8, batch_scaling=True)).run(
-        make_policy(name, None, OracleSpeedModel(4, batch_scaling=True)))
+        make_policy(name, OracleSpeedModel(4, batch_scaling=True)))
     assert len(r.jcts) == 3

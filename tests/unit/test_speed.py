@@ -228,7 +228,7 @@ def test_remaining_iterations():
 def test_reach():
     model = MeasuredSpeedModel(8)
     assert model.reach(job("a", gpus=2)) == 2                                     # pending, unmeasured
-    assert model.reach(job("a", gpus=2, allocation=(("n1", 4),))) == 4            # running, unmeasured
+    assert model.reach(job("a", gpus=2, allocation=(("n1", 4),))) == 8            # running, unmeasured: one step
     assert model.reach(job("a", gpus=1, min_gpus=3)) == 3
     feed(model, "a", {1: 1.0, 2: 0.5}, gpn=8)
     assert model.reach(job("a")) == 4
@@ -237,7 +237,7 @@ def test_reach():
     feed(model, "a", {16: 0.1}, gpn=8)
     assert model.reach(job("a")) == 24                                             # at most one node more
     assert model.reach(job("a", upper=20)) == 20
-    assert model.reach(job("a", allocation=(("n1", 8),) * 4)) == 32                # runs wider than measured
+    assert model.reach(job("a", allocation=(("n1", 8),) * 4)) == 40                # one step past what it holds
     assert model.source("a") == "measured (4 obs, widths 1,2,8,16)"
     model.forget("a")
     assert model.reach(job("a", gpus=1)) == 1 and model.source("a") == "linear"

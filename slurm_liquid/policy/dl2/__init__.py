@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurm_liquid.placement.base import Placer
 from slurm_liquid.policy.base import SpeedModel
 from slurm_liquid.policy.dl2.agent import DL2Policy
 
@@ -24,12 +23,11 @@ def window_order_of(meta: dict) -> str:
     return order
 
 
-def make_dl2(policy_file: str | Path | None = None, placer: Placer | None = None,
-             speed: SpeedModel | None = None) -> DL2Policy:
+def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = None) -> DL2Policy:
     """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file trained
     for the restart penalty nearest to the simulated one (chosen at the first decision)."""
     if policy_file is None:
-        return DL2Policy(None, placer=placer, speed=speed)
+        return DL2Policy(None, speed=speed)
     from slurm_liquid.policy.dl2.io import load_policy
 
     params, meta = load_policy(policy_file)
@@ -38,7 +36,7 @@ def make_dl2(policy_file: str | Path | None = None, placer: Placer | None = None
 
         raise UsageError(f"policy file {policy_file} is a PS/worker DL2 policy (for the dl2-paper workloads), "
                          "not one that decides GPU counts")
-    return DL2Policy(params, window=int(meta["window"]), placer=placer, order=window_order_of(meta),
+    return DL2Policy(params, window=int(meta["window"]), order=window_order_of(meta),
                      speed=speed if meta.get("speed", True) else None)
 
 

@@ -6,9 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from slurm_liquid.placement.base import Placer
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, SpeedModel, apply_counts
+from slurm_liquid.policy.base import ClusterView, Decision, SpeedModel
 from slurm_liquid.policy.dl2.net import Params, forward
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, SlotState
 
@@ -42,13 +40,12 @@ class DL2Policy:
     name = "dl2"
 
     def __init__(self, params: Params | None, window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
-                 placer: Placer | None = None, sample: bool = False, explore: float = 0.0,
+                 sample: bool = False, explore: float = 0.0,
                  job_aware: bool = True, seed: int = 0, order: str = "service") -> None:
         self.params = params
         self.window = window
         self.order = order
         self.speed = speed
-        self.placer = placer or MostFreeGreedy()
         self.sample = sample
         self.explore = explore
         self.job_aware = job_aware
@@ -94,11 +91,11 @@ class DL2Policy:
             self.record.append(slot)
         return state.counts()
 
-    def decide(self, view: ClusterView) -> list[Action]:
+    def decide(self, view: ClusterView) -> Decision:
         if self.params is None:  # no file given: the shipped one trained for this restart penalty
             from slurm_liquid.policy.dl2.io import load_policy, shipped_for
 
             self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
             self.window = int(meta.get("window", self.window))
             self.order = meta.get("window_order", "arrival")
-        return apply_counts(self.placer, view, self.allocate(view))
+        return Decision.resize(view, self.allocate(view))

@@ -199,7 +199,7 @@ def _teacher_steps(args: argparse.Namespace, config, speed, meta: dict) -> tuple
     from slurm_liquid.policy.dl2 import train as T
 
     seeds = [args.seed * 1000 + k for k in range(args.warmup_workloads + 2)]
-    teacher = make_policy(args.teacher, None, speed)
+    teacher = make_policy(args.teacher, speed)
     steps = []
     for k, s in enumerate(seeds):
         steps.append(T.collect_teacher(T.philly_workload(s, args.jobs), teacher, config, int(meta["window"]), speed,

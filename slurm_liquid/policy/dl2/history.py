@@ -88,14 +88,14 @@ def _split(gpus: int, nodes: Sequence[str]) -> tuple[tuple[str, int], ...]:
 def _declared(job: Job) -> tuple[int, int | None, str | None, int | None]:
     """(min GPUs, max GPUs or None if rigid, application, batch): from the trusted tag the daemon
     wrote at placement, else (jobs it never placed) from the liquid record's spec."""
-    from slurm_liquid.daemon.elastic import TRACE_APPS
+    from slurm_liquid.speed import trace_app
     from slurm_liquid.ledger import Record, Tag
 
     tag = Tag.parse(job.admin_comment)
     if tag and tag.trusted:
         trusted = tag.trusted
         low, high = (trusted.low, trusted.high) if trusted.elastic else (1, None)
-        return low or 1, high, TRACE_APPS.get(trusted.model), trusted.batch
+        return low or 1, high, trace_app(trusted.model), trusted.batch
     record = Record.parse(job.comment)
     if not (record and record.spec):
         return 1, None, None, None
@@ -104,7 +104,7 @@ def _declared(job: Job) -> tuple[int, int | None, str | None, int | None]:
     except LiquidError:
         return 1, None, None, None
     low, high = (spec.min_gpus or 1, spec.max_gpus) if spec.elastic else (1, None)
-    return low, high, TRACE_APPS.get(spec.model or ""), spec.batch_size
+    return low, high, trace_app(spec.model), spec.batch_size
 
 
 def history_jobs(records: Iterable[Job], horizon: float) -> list[HistoryJob]:

@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from slurm_liquid.loop.place import PlaceStage
+from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.policy.base import ClusterView, Policy, SpeedModel, changed
 from slurm_liquid.policy.dl2.agent import DEFAULT_WINDOW, DL2Policy, Slot, Step
 from slurm_liquid.policy.dl2.net import Adam, Params, forward, init_params, loss_and_grads
@@ -25,6 +27,9 @@ from slurm_liquid.sim.workload import JobSpec
 
 log = logging.getLogger(__name__)
 EVAL_JOBS = 160  # each of the 8 Pollux workloads: 160 jobs over 8 hours
+
+# Training steps the simulator slot by slot with the Pollux artifact's placement (the loop's default).
+ARTIFACT_PLACE = PlaceStage(MostFreeGreedy())
 
 
 def philly_workload(seed: int, jobs: int = EVAL_JOBS) -> list[JobSpec]:
@@ -73,7 +78,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
     slots = 0
     while view is not None and (max_slots is None or slots < max_slots):
         slots += 1
-        actions = teacher.decide(view)
+        actions = ARTIFACT_PLACE.place(view, teacher.decide(view))
         samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order))
         view = sim.step(actions)
     return samples
@@ -185,7 +190,7 @@ def rollout(policy: DL2Policy, sim: Simulator, weight: float,
     view = sim.reset()
     last, running = 0.0, 1
     while view is not None and (max_slots is None or len(policy.record) < max_slots):
-        actions = policy.decide(view)
+        actions = ARTIFACT_PLACE.place(view, policy.decide(view))
         restarts, cost = restart_cost(view, actions, last, running, weight, sim.config.interval)
         running = sum(1 for j in view.jobs if j.allocation)
         active = len(view.jobs)
@@ -339,7 +344,7 @@ def evaluate(params: Params, workloads: dict[str, Sequence[JobSpec]], config: Cl
         for _ in range(max_slots):
             if view is None:
                 break
-            view = sim.step(policy.decide(view))
+            view = sim.step(ARTIFACT_PLACE.place(view, policy.decide(view)))
         jcts = [max(0.0, (j.completion if j.completion is not None else sim.clock) - j.spec.time) for j in sim.jobs]
         means.append(float(np.mean(jcts)))
     return float(np.mean(means))

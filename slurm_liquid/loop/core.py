@@ -1,0 +1,137 @@
+"""The round loop: observe -> admit -> allocate -> place -> apply, the same for both back ends."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Protocol
+
+from slurm_liquid.loop.place import PlaceStage
+from slurm_liquid.policy.base import Action, ClusterView, Decision, Policy, SpeedModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One job's progress report as the back end read it: its measured speed on its current allocation
+    (`slurm_liquid.speed.Observation`; None when it reported no speed), steps done and in all when it
+    said, and the model it trains (for the speed prior) when the back end knows it."""
+
+    job: str
+    observation: object | None = None
+    step: int | None = None
+    total: int | None = None
+    model: str | None = None
+
+
+class Backend(Protocol):
+    """A cluster the loop drives: the simulator or the live Slurm cluster."""
+
+    def observe(self) -> ClusterView | None:
+        """The cluster now; None when there is nothing more to schedule (a simulation that ended)."""
+        ...
+
+    def reports(self) -> Iterable[Report]:
+        """Progress reports that arrived since the last round."""
+        ...
+
+    def apply(self, done: "Round") -> None:
+        """Make the round's actions so (start, resize, suspend), as far as this back end may."""
+        ...
+
+
+@dataclass
+class Round:
+    """What one round saw and did, for logs, metrics and tests."""
+
+    view: ClusterView
+    decision: Decision
+    actions: list[Action] = field(default_factory=list)
+    bounded: dict[str, int] = field(default_factory=dict)   # job -> the width its speed is known up to
+
+
+@dataclass
+class Loop:
+    """One policy, one place stage and one speed model driving a back end round by round."""
+
+    policy: Policy
+    place: PlaceStage
+    speed: SpeedModel | None = None
+    suspends: bool = True   # False: the back end cannot suspend a running job (Slurm, without requeue)
+
+    def observe(self, backend: Backend) -> ClusterView | None:
+        """The back end's view; its progress reports go into the speed model (when it learns), which
+        then fits every job that reported, at once."""
+        view = backend.observe()
+        speed = self.speed
+        if view is None or not hasattr(speed, "observe"):
+            return view
+        for report in backend.reports():
+            if report.observation is not None:
+                speed.observe(report.observation, report.step, report.total, model=report.model)
+            else:
+                speed.record_progress(report.job, report.step, report.total)
+        speed.prepare(view.jobs)
+        return view
+
+    def admit(self, view: ClusterView) -> tuple[ClusterView, dict[str, int]]:
+        """Each elastic job bounded by `reach`: a width the speed model has not seen is tried one step
+        at a time (an oracle has no `reach` and bounds nothing)."""
+        reach = getattr(self.speed, "reach", None)
+        if reach is None:
+            return view, {}
+        bounded: dict[str, int] = {}
+        jobs = []
+        for job in view.jobs:
+            if job.elastic:
+                width = max(int(reach(job)), job.min_gpus, 1)
+                if width < job.upper:
+                    bounded[job.id] = width
+                    job = replace(job, max_gpus=width)
+            jobs.append(job)
+        return (replace(view, jobs=tuple(jobs)) if bounded else view), bounded
+
+    def allocate(self, view: ClusterView) -> Decision:
+        """The policy's counts, each held to what the job allows: an elastic job inside its range, a
+        rigid one at its request; where the back end cannot suspend, a 0 keeps a rigid job as it is
+        and gives an elastic one its minimum. A count equal to what the job holds is no move."""
+        jobs = {j.id: j for j in view.jobs}
+        moves = []
+        for job_id, count in self.policy.decide(view).moves:
+            job = jobs.get(job_id)
+            if job is None:
+                continue
+            if count > 0:
+                count = min(max(count, job.min_gpus), job.upper) if job.elastic else job.gpus
+            elif job.allocation and not self.suspends:
+                if not job.elastic:
+                    continue
+                count = job.min_gpus
+            if count and count == job.allocated:
+                continue
+            moves.append((job_id, count))
+        return Decision(tuple(moves))
+
+    def decide(self, view: ClusterView) -> Round:
+        """admit -> allocate -> place on one observed view; applies nothing."""
+        bounded_view, bounded = self.admit(view)
+        decision = self.allocate(bounded_view)
+        return Round(view, decision, self.place.place(view, decision), bounded)
+
+    def turn(self, backend: Backend) -> Round | None:
+        """One round; None when the back end has nothing more to schedule."""
+        view = self.observe(backend)
+        if view is None:
+            return None
+        done = self.decide(view)
+        backend.apply(done)
+        return done
+
+    def run(self, backend: Backend) -> int:
+        """Rounds until the back end ends (a simulation); returns how many ran."""
+        self.policy.reset()
+        rounds = 0
+        while self.turn(backend) is not None:
+            rounds += 1
+        return rounds

@@ -1,0 +1,54 @@
+"""The simulator as a back end of the one scheduling loop (`slurm_liquid.loop`).
+
+Besides the cluster view, it reports each training job's speed the way a live job does
+(`slurm_liquid.progress`: samples per second on its current allocation, steps done and in all), so
+a measured speed model learns in simulation from the same kind of evidence as on the cluster.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from slurm_liquid.loop.core import Report, Round
+from slurm_liquid.policy.base import ClusterView
+from slurm_liquid.sim.engine import Simulator
+from slurm_liquid.sim.job import SimJob
+
+
+def steps_done(job: SimJob) -> tuple[int, int]:
+    """(optimizer steps done, steps in all) at the job's declared batch, as its progress report says."""
+    app, batch, epoch = job.app, job.spec.batch_size, min(job.epoch, job.app.max_epochs - 1)
+    lo, hi = app.epoch_bounds[epoch], app.epoch_bounds[epoch + 1]
+    done_lo, done_hi = app.iterations(batch, epoch), app.iterations(batch, epoch + 1)
+    frac = min(max((job.progress - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 1.0
+    total = app.iterations(batch, app.max_epochs)
+    return int(done_lo + frac * (done_hi - done_lo)), max(int(total), 1)
+
+
+class SimBackend:
+    """Drives one `Simulator` run; `reports()` lists the jobs that trained in the last slot."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.view: ClusterView | None = sim.reset()
+
+    def observe(self) -> ClusterView | None:
+        return self.view
+
+    def apply(self, done: Round) -> None:
+        self.view = self.sim.step(done.actions)
+
+    def reports(self) -> Iterator[Report]:
+        from slurm_liquid.speed import Observation
+
+        for job in self.sim.active:
+            # A job still paying its restart has made no step on this allocation yet.
+            if not job.counts or job.rescale_left > 0 or job.config is None or job.iter_time <= 0:
+                continue
+            factor = 1.0 - job.slowdown
+            step, total = steps_done(job)
+            yield Report(job.spec.name,
+                         Observation(job=job.spec.name, gpus=job.gpus, nodes=len(job.counts),
+                                     batch=int(job.config.batch),
+                                     samples_per_s=job.config.batch / job.iter_time * factor, at=self.sim.clock),
+                         step, total, job.spec.application)
