@@ -161,7 +161,10 @@ class Admitter:
         if not job.required_nodes:
             return
         since = max(tag.placed_at(self.now()) or 0, job.eligible_time.timestamp() if job.eligible_time else 0)
-        if self.now() - since <= self.config.daemon.lease_s:
+        # A job this daemon just resized is requeued: Slurm restarts it only after the old credential
+        # expires, which is what the site's restart penalty says one change costs.
+        wait = self.config.daemon.lease_s + (self.config.elastic.restart_penalty_s if "change" in tag.extra else 0)
+        if self.now() - since <= wait:
             return
         note = f"not-started-within-{int(self.config.daemon.lease_s)}s-of-placement:-unpinned-for-Slurm"
         self._write(job, tag.to(TagState.RELEASED, extra={"why": "unpinned"}),
