@@ -47,6 +47,7 @@ PYTHON = "/opt/slurm-liquid/bin/python"
 BASE = "/shared/live"
 PROGRESS = "/shared/slurm-liquid/progress"
 ARMS = ("plain", "liquid", "drf", "dl2")
+GPUS = 16   # the test cluster: 4 nodes x 4 GPUs
 POLICY = {"plain": "static", "liquid": "static", "drf": "drf", "dl2": "dl2"}
 EVENT = re.compile(r"^standin-trainer: event=(\S+) t=([0-9.]+)(.*)$")
 WRITER = ("import json, os, sys\n"
@@ -212,7 +213,7 @@ def measure(live: Live, arm: str, order: list[dict], ids: dict[str, int], t0: fl
     for run in runs_from_document(doc):
         runs.setdefault(run.job_id, []).append(run)
     latest = {j.job_id: j for j in latest_runs([r for rs in runs.values() for r in rs])}
-    per_job, costs, busy, ends = [], [], 0.0, []
+    per_job, costs, first_starts, busy, ends = [], [], [], 0.0, []
     for job in order:
         jid = ids.get(job["name"])
         mine = sorted(runs.get(jid, []), key=lambda r: r.start_time.timestamp() if r.start_time else math.inf)
@@ -229,10 +230,15 @@ def measure(live: Live, arm: str, order: list[dict], ids: dict[str, int], t0: fl
         events = trainer_events(live, arm, jid)
         cost = restart_costs(started, events)
         costs += cost
-        submit_t = last.submit_time.timestamp() if last.submit_time else None
+        # A requeue resets the submit time Slurm reports: the job was submitted at its first run's.
+        submits = [r.submit_time.timestamp() for r in mine if r.submit_time]
+        submit_t = min(submits) if submits else None
         end_t = last.end_time.timestamp() if last.end_time and last.is_finished else None
         if end_t:
             ends.append(end_t)
+        firsts = [t for name, t, _ in events if name == "first-step"]
+        if firsts and submit_t:
+            first_starts.append(firsts[0] - submit_t)
         per_job.append({
             "name": job["name"], "job_id": jid, "state": last.state, "kind": job["curve"]["kind"],
             "asked_gpus": job["gpus"], "steps": steps[job["name"]],
@@ -248,11 +254,15 @@ def measure(live: Live, arm: str, order: list[dict], ids: dict[str, int], t0: fl
             "jobs_completed": sum(j.get("state") == "COMPLETED" for j in per_job),
             "avg_jct_s": round(statistics.fmean(jcts), 1) if jcts else None,
             "makespan_s": round(makespan, 1) if makespan else None,
-            "gpu_busy_fraction": round(busy / (16 * makespan), 3) if makespan else None,
+            "gpu_busy_fraction": round(busy / (GPUS * makespan), 3) if makespan else None,
             "resizes": sum(j.get("resizes", 0) for j in per_job),
             "restarts": sum(j.get("restarts", 0) for j in per_job),
             "restart_cost_s": {"n": len(costs), "mean": round(statistics.fmean(costs), 1) if costs else None,
                                "median": round(statistics.median(costs), 1) if costs else None},
+            # From sbatch to the first step of a job that started at once: what every start costs.
+            "first_start_s": {"n": len(first_starts),
+                              "min": round(min(first_starts), 1) if first_starts else None,
+                              "median": round(statistics.median(first_starts), 1) if first_starts else None},
             "started_at": t0, "jobs": per_job}
 
 
