@@ -37,6 +37,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from workload import smoke as smoke_workload  # noqa: E402
+
 from slurm_liquid.ledger import Record  # noqa: E402
 from slurm_liquid.slurm import CliBackend, ContainerRunner  # noqa: E402
 from slurm_liquid.slurm.parse import latest_runs, runs_from_document  # noqa: E402
@@ -138,8 +142,8 @@ def submit(live: Live, arm: str, job: dict, argv: list[str]) -> int:
 
 
 def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float) -> dict:
-    jobs = workload["jobs"][:4] if smoke else workload["jobs"]
-    steps = {j["name"]: max(10, j["steps"] // 2) if smoke else j["steps"] for j in jobs}
+    jobs = (smoke_workload(workload) if smoke else workload)["jobs"]
+    steps = {j["name"]: j["steps"] for j in jobs}
     say(f"arm {arm}: draining the queue, cleaning {BASE}/{arm}, daemon --policy {POLICY[arm]}")
     live.exec("entrypoint.sh", "daemon-stop", check=False)
     live.drain()
@@ -237,8 +241,9 @@ def measure(live: Live, arm: str, order: list[dict], ids: dict[str, int], t0: fl
         if end_t:
             ends.append(end_t)
         firsts = [t for name, t, _ in events if name == "first-step"]
-        if firsts and submit_t:
-            first_starts.append(firsts[0] - submit_t)
+        start_cost = round(firsts[0] - started[0].start_time.timestamp(), 1) if firsts and started else None
+        if start_cost is not None:
+            first_starts.append(start_cost)
         per_job.append({
             "name": job["name"], "job_id": jid, "state": last.state, "kind": job["curve"]["kind"],
             "asked_gpus": job["gpus"], "steps": steps[job["name"]],
@@ -247,7 +252,7 @@ def measure(live: Live, arm: str, order: list[dict], ids: dict[str, int], t0: fl
             "restarts": last.restarts, "resizes": len(resized.split(",")) if resized else 0, "resized": resized,
             "runs": [{"start": r.start_time.timestamp(), "end": r.end_time.timestamp() if r.end_time else None,
                       "gpus": r.gpus, "nodes": list(r.nodes)} for r in started],
-            "restart_costs_s": cost})
+            "restart_costs_s": cost, "start_cost_s": start_cost})
     jcts = [j["jct_s"] for j in per_job if j.get("jct_s") is not None]
     makespan = max(ends) - t0 if ends else None
     return {"arm": arm, "policy": POLICY[arm], "suite": live.suite, "jobs_total": len(order),
@@ -259,11 +264,22 @@ def measure(live: Live, arm: str, order: list[dict], ids: dict[str, int], t0: fl
             "restarts": sum(j.get("restarts", 0) for j in per_job),
             "restart_cost_s": {"n": len(costs), "mean": round(statistics.fmean(costs), 1) if costs else None,
                                "median": round(statistics.median(costs), 1) if costs else None},
-            # From sbatch to the first step of a job that started at once: what every start costs.
-            "first_start_s": {"n": len(first_starts),
-                              "min": round(min(first_starts), 1) if first_starts else None,
-                              "median": round(statistics.median(first_starts), 1) if first_starts else None},
+            # From Slurm's start of a job's first run to its first step: what a first start costs.
+            "start_cost_s": {"n": len(first_starts),
+                             "mean": round(statistics.fmean(first_starts), 1) if first_starts else None,
+                             "median": round(statistics.median(first_starts), 1) if first_starts else None},
             "started_at": t0, "jobs": per_job}
+
+
+def remeasure(live: Live, out: Path, workload: dict) -> None:
+    old = json.loads(out.read_text())
+    ids = {j["name"]: j["job_id"] for j in old["jobs"] if j.get("job_id")}
+    steps = {j["name"]: j.get("steps", 0) for j in old["jobs"]}
+    order = [j for j in sorted(workload["jobs"], key=lambda j: j["arrival_s"]) if j["name"] in steps]
+    result = measure(live, old["arm"], order, ids, old["started_at"], steps)
+    result.update({k: old[k] for k in ("complete", "smoke", "timeout_s", "wall_s") if k in old})
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    say(f"arm {old['arm']}: measured again -> {out}")
 
 
 def summary(out_dir: Path) -> str:
@@ -291,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the first 4 jobs at half their steps")
     parser.add_argument("--timeout", type=float, help="seconds per arm (default 1500; --smoke 480)")
     parser.add_argument("--force", action="store_true", help="run arms whose result file exists already")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="run nothing: read sacct and the trainers' output again for the jobs of the "
+                             "existing result files (while the cluster still has them)")
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
@@ -307,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     for arm in arms:
         out = args.out_dir / f"{arm}.json"
+        if args.remeasure:
+            if out.exists():
+                remeasure(live, out, workload)
+            continue
         if out.exists() and not args.force:
             say(f"arm {arm}: {out} exists, skipped (--force reruns it)")
             continue

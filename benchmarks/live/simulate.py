@@ -12,13 +12,14 @@ Arms:
 
 | arm | live | simulated |
 |---|---|---|
-| plain | Slurm, no slurm-liquid | FIFO with backfill, Slurm's best-fit placer (`slurm`), a decision every 2 s, no time limits |
-| liquid | rigid jobs placed by the daemon | FIFO with backfill, Liquid's placer, a decision every `poll_s` (5 s) |
-| drf | elastic 1:max, DRF every slot | DRF, Liquid's placer, a decision every `slot_s` (15 s) |
-| dl2 | elastic 1:max, DL2 every slot | DL2 (the shipped policy), Liquid's placer, every 15 s |
+| plain | Slurm, no slurm-liquid | FIFO with backfill, Slurm's best-fit placer (`slurm`), a decision every second, no time limits |
+| liquid | rigid jobs placed by the daemon | FIFO with backfill, Liquid's placer, a decision every second |
+| drf | elastic 1:max, DRF every slot | DRF every `slot_s` (15 s) through `DaemonMirror`, placement every second |
+| dl2 | elastic 1:max, DL2 every slot | DL2 (the shipped policy) the same way |
 
-The restart cost (seconds a job loses at each start and resize) is the mean measured in the live
-runs' JSON (`--runs`), or `--restart-cost`. DL2's speed model: `prior` (default) is what the live
+The restart cost (seconds from a requeue to the trainer's first step again) and the first-start cost
+(from Slurm's start of a job to its first step) are the means measured in the live runs' JSON
+(`--runs`), or `--restart-cost` / `--start-cost`. DL2's speed model: `prior` (default) is what the live
 daemon consults today (daemon/elastic.py `LiveSpeedModel`: the traces' step times of the declared
 model, remaining steps from the job's progress); `oracle` is the true curve. The gap to the live
 average JCT is printed per arm where a live result exists.
@@ -36,11 +37,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from workload import smoke  # noqa: E402
+
 from slurm_liquid.daemon.elastic import LiveSpeedModel  # noqa: E402
 from slurm_liquid.daemon.resize import uniform_placement_sizes  # noqa: E402
 from slurm_liquid.placement.base import Placement, PlacementRequest  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
-from slurm_liquid.policy.base import ClusterView  # noqa: E402
+from slurm_liquid.policy.base import Action, ClusterView, JobView, as_allocation  # noqa: E402
 from slurm_liquid.sim.apps import register_app  # noqa: E402
 from slurm_liquid.sim.curves import Curve, CurveApp  # noqa: E402
 from slurm_liquid.sim.engine import ClusterConfig, Simulator  # noqa: E402
@@ -49,9 +54,12 @@ from slurm_liquid.sim.runner import make_placer  # noqa: E402
 from slurm_liquid.sim.workload import JobSpec  # noqa: E402
 
 ARMS = ("plain", "liquid", "drf", "dl2")
-# arm -> (policy, placer, decision interval in seconds)
-SETUP = {"plain": ("fifo", "slurm", 2.0), "liquid": ("fifo", "liquid", 5.0),
-         "drf": ("drf", "liquid", 15.0), "dl2": ("dl2", "liquid", 15.0)}
+# The test cluster's daemon settings (containers/slurm/liquid.toml [elastic]).
+DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30}
+# arm -> (policy, placer, decision interval in seconds: the placement pass's; slots come every slot_s)
+# Slurm and the daemon's placement pass both start a job within about a second of its GPUs freeing.
+SETUP = {"plain": ("fifo", "slurm", 1.0), "liquid": ("fifo", "liquid", 1.0),
+         "drf": ("drf", "liquid", 1.0), "dl2": ("dl2", "liquid", 1.0)}
 
 
 class SlurmShapes:
@@ -81,6 +89,66 @@ class SlurmShapes:
         return out
 
 
+class DaemonMirror:
+    """What the live daemon does around a resizing policy (daemon/elastic.py, at this commit):
+
+    - placement: a waiting job starts at the GPUs it asked for as soon as they are free (Liquid's
+      placer in Slurm's shapes), in arrival order: the daemon's placement pass, every decision;
+    - every `slot_s` the policy decides; each RUNNING job's target is the GPUs of its action (0 when
+      the policy's own placement left it out, then clamped to the job's minimum; no action: unchanged),
+      clamped to [min, max]; the change is made only if the job has not started or changed in the last
+      `min_change_s`, has changed fewer than `max_per_hour` times in the hour, and the target can be
+      placed in Slurm's shapes counting the job's own GPUs as free; else the job keeps what it holds.
+      A waiting job is never started by the slot, a running job never suspended.
+    """
+
+    def __init__(self, policy, placer, slot_s: float, min_change_s: float, max_per_hour: int) -> None:
+        self.policy, self.placer = policy, placer
+        self.slot_s, self.min_change_s, self.max_per_hour = slot_s, min_change_s, max_per_hour
+        self.name = policy.name
+        self.reset()
+
+    def reset(self) -> None:
+        self.policy.reset()
+        self.next_slot = 0.0
+        self.changed: dict[str, list[float]] = {}
+
+    def decide(self, view: ClusterView) -> list[Action]:
+        now = view.now
+        held = {j.id: j.allocation for j in view.jobs if j.allocation}
+        actions = []
+        for job in view.jobs:                       # the placement pass
+            if job.allocation:
+                continue
+            placement = self.placer.place(PlacementRequest(job.id, job.gpus), self._free(view, held))
+            if placement.placed:
+                held[job.id] = as_allocation(placement)
+                self.changed[job.id] = [now]
+                actions.append(Action(job.id, held[job.id]))
+        running = [j for j in view.jobs if j.allocation]
+        if now + 1e-9 < self.next_slot or not running:
+            return actions
+        self.next_slot = (now // self.slot_s + 1) * self.slot_s   # slots on the daemon's clock from its start
+        wanted = {a.job: a.gpus for a in self.policy.decide(view)}
+        for job in running:
+            have = job.allocated
+            target = min(max(wanted.get(job.id, have), job.min_gpus), job.upper)
+            times = [t for t in self.changed.get(job.id, []) if t > now - 3600]
+            if target == have or (times and now - times[-1] < self.min_change_s) or len(times) > self.max_per_hour:
+                continue
+            others = {k: v for k, v in held.items() if k != job.id}
+            placement = self.placer.place(PlacementRequest(job.id, target), self._free(view, others))
+            if placement.placed:
+                held[job.id] = as_allocation(placement)
+                self.changed[job.id] = [*times, now]
+                actions.append(Action(job.id, held[job.id]))
+        return actions
+
+    @staticmethod
+    def _free(view: ClusterView, held: dict):
+        return view.free_state([JobView(k, 0.0, 0, allocation=v) for k, v in held.items()])
+
+
 class AsLive:
     """Hands a policy the view the live daemon builds: each job's declared model's trace application
     and declared batch (the prior), with remaining steps from the job's own progress."""
@@ -104,6 +172,22 @@ class AsLive:
         return self.policy.decide(replace(view, jobs=tuple(jobs)))
 
 
+class LiveSimulator(Simulator):
+    """The engine, with a job's first start costing what a first start costs live (`start_cost`)
+    and every later start (a resize: checkpoint, requeue, start) the restart cost. The engine
+    charges one penalty to every start; this sets the first one after it has."""
+
+    def __init__(self, specs, config: ClusterConfig, name: str, start_cost: float) -> None:
+        self.start_cost = start_cost
+        super().__init__(specs, config, name)
+
+    def _apply(self, actions) -> None:
+        first = [a.job for a in actions if a.allocation and self.by_id[a.job].restarts is None]
+        super()._apply(actions)
+        for name in first:
+            self.by_id[name].rescale_left = self.start_cost
+
+
 def specs_of(workload: dict) -> list[JobSpec]:
     specs = []
     for job in workload["jobs"]:
@@ -115,31 +199,44 @@ def specs_of(workload: dict) -> list[JobSpec]:
     return specs
 
 
-def measured_restart_cost(runs: Path) -> float | None:
-    costs = []
-    for path in sorted(runs.glob("*.json")):
+def measured_costs(runs: Path) -> tuple[float | None, float | None]:
+    """(mean restart cost, mean first-start cost) over every job of every live result in `runs`."""
+    restarts, starts = [], []
+    for path in (runs / f"{arm}.json" for arm in ARMS):
+        if not path.exists():
+            continue
         result = json.loads(path.read_text())
         for job in result.get("jobs", []):
-            costs += job.get("restart_costs_s", [])
-    return statistics.fmean(costs) if costs else None
+            restarts += job.get("restart_costs_s", [])
+            if job.get("start_cost_s") is not None:
+                starts.append(job["start_cost_s"])
+    return (statistics.fmean(restarts) if restarts else None), (statistics.fmean(starts) if starts else None)
 
 
-def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str) -> dict:
+def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, start_cost: float | None = None
+             ) -> dict:
     policy_name, placer_name, interval = SETUP[arm]
     config = ClusterConfig(nodes=4, gpus_per_node=4, interval=interval, restart_penalty=restart_cost,
                            elastic=arm in ("drf", "dl2"), walltime_factor=0.0, nodes_per_switch=2)
     config, placer = make_placer(placer_name, config)
     placer = SlurmShapes(placer, config.gpus_per_node)
-    sim = Simulator(specs_of(workload), config, name=f"live-{arm}")
-    if speed_kind == "oracle" or policy_name == "fifo":
-        policy = make_policy(policy_name, placer, OracleSpeedModel(config.gpus_per_node))
+    start = restart_cost if start_cost is None else start_cost
+    sim = LiveSimulator(specs_of(workload), config, f"live-{arm}", start)
+    if policy_name == "fifo":
+        policy = make_policy(policy_name, placer)
     else:
-        live_speed = LiveSpeedModel(config.gpus_per_node, {})
-        declared = {j["name"]: (j["app"], int(j["batch_size"])) for j in workload["jobs"]}
-        policy = AsLive(make_policy(policy_name, placer, live_speed), sim, declared, live_speed)
+        # As the daemon builds it: no placer of its own (the policy's default), the daemon places.
+        if speed_kind == "oracle":
+            inner = make_policy(policy_name, None, OracleSpeedModel(config.gpus_per_node))
+        else:
+            live_speed = LiveSpeedModel(config.gpus_per_node, {})
+            declared = {j["name"]: (j["app"], int(j["batch_size"])) for j in workload["jobs"]}
+            inner = AsLive(make_policy(policy_name, None, live_speed), sim, declared, live_speed)
+        policy = DaemonMirror(inner, placer, DAEMON["slot_s"], DAEMON["min_change_interval_s"],
+                              DAEMON["max_changes_per_hour"])
     result = sim.run(policy)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
-            "restart_cost_s": round(restart_cost, 1), "speed": speed_kind, "jobs": len(result.jcts),
+            "restart_cost_s": round(restart_cost, 1), "start_cost_s": round(start, 1), "speed": speed_kind, "jobs": len(result.jcts),
             "avg_jct_s": round(result.avg_jct_s, 1), "makespan_s": round(result.makespan_s, 1),
             "gpu_busy_fraction": round(result.gpu_utilisation, 3), "restarts": result.restarts,
             "jcts": {k: round(v, 1) for k, v in result.jcts.items()}}
@@ -151,8 +248,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path(__file__).parent / "runs",
                         help="the live results (run.py --out-dir): restart cost and live JCTs")
     parser.add_argument("--arms", default=",".join(ARMS))
-    parser.add_argument("--restart-cost", type=float, help="seconds per (re)start (default: measured in --runs)")
+    parser.add_argument("--restart-cost", type=float, help="seconds a resize costs (default: measured in --runs)")
+    parser.add_argument("--start-cost", type=float,
+                        help="seconds a job's first start costs (default: measured in --runs, else the restart cost)")
     parser.add_argument("--speed", choices=("prior", "oracle"), default="prior")
+    parser.add_argument("--smoke", action="store_true", help="the smoke workload (run.py --smoke): 4 jobs, half steps")
     parser.add_argument("--out", type=Path, help="write the simulated results here as JSON")
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -162,15 +262,18 @@ def main(argv: list[str] | None = None) -> int:
         workload = json.loads(args.workload.read_text())
     except (OSError, ValueError) as exc:
         parser.error(f"--workload {args.workload}: {exc}")
-    cost = args.restart_cost
+    if args.smoke:
+        workload = smoke(workload)
+    measured = measured_costs(args.runs) if args.runs.is_dir() else (None, None)
+    cost = args.restart_cost if args.restart_cost is not None else measured[0]
+    start = args.start_cost if args.start_cost is not None else measured[1]
     if cost is None:
-        cost = measured_restart_cost(args.runs) if args.runs.is_dir() else None
-        if cost is None:
-            parser.error(f"no restart cost measured in {args.runs}; pass --restart-cost SECONDS")
-    if cost < 0:
-        parser.error("--restart-cost must be >= 0")
-    results = {arm: simulate(workload, arm, cost, args.speed) for arm in arms}
-    print(f"restart cost {cost:.1f} s, DL2/DRF speed model: {args.speed}")
+        parser.error(f"no restart cost measured in {args.runs}; pass --restart-cost SECONDS")
+    if cost < 0 or (start is not None and start < 0):
+        parser.error("--restart-cost and --start-cost must be >= 0")
+    results = {arm: simulate(workload, arm, cost, args.speed, start) for arm in arms}
+    print(f"restart cost {cost:.1f} s, first start {cost if start is None else start:.1f} s, "
+          f"DL2/DRF speed model: {args.speed}")
     print("| arm | simulated avg JCT (s) | live avg JCT (s) | gap | sim makespan (s) | sim GPU-busy | sim restarts |")
     print("|---|---|---|---|---|---|---|")
     for arm, sim in results.items():

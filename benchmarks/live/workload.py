@@ -76,6 +76,12 @@ def draw(seed: int, jobs: int, span_s: float) -> dict:
             "cluster": CLUSTER, "jobs": out}
 
 
+def smoke(workload: dict, jobs: int = 4) -> dict:
+    """The smoke test's workload: the first `jobs` jobs at half their steps (run.py and simulate.py --smoke)."""
+    return {**workload, "smoke": True,
+            "jobs": [{**j, "steps": max(10, j["steps"] // 2)} for j in workload["jobs"][:jobs]]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=0)
