@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workload import smoke as smoke_workload  # noqa: E402
 
+from slurm_liquid.errors import LiquidError  # noqa: E402
 from slurm_liquid.ledger import Record  # noqa: E402
 from slurm_liquid.slurm import CliBackend, ContainerRunner  # noqa: E402
 from slurm_liquid.slurm.parse import latest_runs, runs_from_document  # noqa: E402
@@ -72,9 +73,12 @@ class Live:
 
     def exec(self, *argv: str, stdin: str | None = None, timeout: float = 120, check: bool = True
              ) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, str(CLUSTER), "--suite", self.suite, "exec", "slurmctld", "--", *argv],
-                              input=stdin, capture_output=True, text=True, timeout=timeout,
-                              stdin=None if stdin is not None else subprocess.DEVNULL)
+        try:
+            proc = subprocess.run([sys.executable, str(CLUSTER), "--suite", self.suite, "exec", "slurmctld", "--",
+                                   *argv], input=stdin, capture_output=True, text=True, timeout=timeout,
+                                  stdin=None if stdin is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(argv, 124, "", f"no answer within {timeout:g} s")
         if check and proc.returncode:
             raise SystemExit(f"run: `{' '.join(argv[:4])}` failed on slurmctld (exit {proc.returncode}): "
                              f"{(proc.stderr or proc.stdout).strip()[-400:]}")
@@ -135,10 +139,16 @@ def prepare(live: Live, arm: str, jobs: list[dict], steps: dict[str, int]) -> di
     return argvs
 
 
-def submit(live: Live, arm: str, job: dict, argv: list[str]) -> int:
-    proc = live.exec("runuser", "-u", job["user"], "--", "sbatch", "--parsable", *argv,
-                     f"{BASE}/{arm}/scripts/{job['name']}.sh", timeout=60)
-    return int(proc.stdout.strip().split(";")[0])
+def submit(live: Live, arm: str, job: dict, argv: list[str], attempts: int = 3) -> int:
+    """sbatch as the job's user; a refusal (exit code, not a timeout) is tried again twice."""
+    command = ["runuser", "-u", job["user"], "--", "sbatch", "--parsable", *argv, f"{BASE}/{arm}/scripts/{job['name']}.sh"]
+    for attempt in range(attempts):
+        proc = live.exec(*command, timeout=60, check=attempt == attempts - 1)
+        if proc.returncode == 0:
+            return int(proc.stdout.strip().split(";")[0])
+        say(f"arm {arm}: sbatch of {job['name']} failed ({proc.stderr.strip()[-200:]}); trying again")
+        time.sleep(2)
+    raise AssertionError("unreachable")
 
 
 def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float) -> dict:
@@ -153,27 +163,32 @@ def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float) -
     ids: dict[str, int] = {}
     t0 = time.time()
     deadline = time.monotonic() + timeout
-    last_note = 0.0
+    last_note = last_poll = 0.0
+    finished = 0
     while time.monotonic() < deadline:
         now = time.time() - t0
         while len(ids) < len(order) and order[len(ids)]["arrival_s"] <= now:
             job = order[len(ids)]
             ids[job["name"]] = submit(live, arm, job, argvs[job["name"]])
-        if len(ids) == len(order):
-            done = live.client.accounting(list(ids.values()))
-            finished = [j for j in done if j.is_finished]
-            if len(finished) == len(order):
+        if ids and time.monotonic() - last_poll > 5:
+            last_poll = time.monotonic()
+            try:
+                finished = sum(j.is_finished for j in live.client.accounting(list(ids.values())))
+            except LiquidError as exc:          # slurmdbd busy for a moment: ask again at the next poll
+                say(f"arm {arm}: sacct did not answer ({exc}); trying again")
+            if len(ids) == len(order) and finished == len(order):
                 break
-        else:
-            finished = []
-        if time.monotonic() - last_note > 30:
-            queue = live.client.jobs(list(ids.values())) if ids else []
-            say(f"arm {arm}: t={now:.0f}s submitted {len(ids)}/{len(order)}, running "
-                f"{sum(j.is_running for j in queue)}, pending {sum(j.is_pending for j in queue)}, "
-                f"finished {len(finished)}")
-            last_note = time.monotonic()
-        time.sleep(1 if len(ids) < len(order) else 5)
-    complete = len(ids) == len(order) and all(j.is_finished for j in live.client.accounting(list(ids.values())))
+            if time.monotonic() - last_note > 30:
+                last_note = time.monotonic()
+                try:
+                    queue = live.client.jobs(list(ids.values()))
+                    say(f"arm {arm}: t={now:.0f}s submitted {len(ids)}/{len(order)}, running "
+                        f"{sum(j.is_running for j in queue)}, pending {sum(j.is_pending for j in queue)}, "
+                        f"finished {finished}")
+                except LiquidError as exc:
+                    say(f"arm {arm}: squeue did not answer ({exc})")
+        time.sleep(1)
+    complete = len(ids) == len(order) and finished == len(order)
     if not complete:
         say(f"arm {arm}: not finished within {timeout:.0f} s; cancelling what is left")
         live.drain()
@@ -340,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         ok &= bool(result.get("complete"))
         say(f"arm {arm}: avg JCT {result.get('avg_jct_s')} s, makespan {result.get('makespan_s')} s, "
             f"{result.get('resizes')} resizes, {result.get('restarts')} restarts -> {out}")
+    if not args.remeasure:
+        live.exec("entrypoint.sh", "daemon-start", check=False, timeout=60)   # the cluster's own policy again
     table = summary(args.out_dir)
     (args.out_dir / "summary.md").write_text(table)
     print(table)
