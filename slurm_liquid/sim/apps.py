@@ -236,7 +236,23 @@ def _gain_cached(app: AppModel, batch: int, epoch: int) -> float:
 APPLICATIONS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 
 
-@lru_cache(maxsize=None)
+# Applications registered by name (e.g. a drawn curve, sim/curves.py), consulted before the traces.
+_REGISTERED: dict[str, AppModel] = {}
+
+
+def register_app(name: str, model) -> None:
+    """Make `load_app(name)` answer `model` (anything with AppModel's interface) in this process."""
+    if name in APPLICATIONS:
+        raise LiquidError(f"{name!r} is a measured application; register under another name")
+    _REGISTERED[name] = model
+
+
 def load_app(name: str) -> AppModel:
-    """The shared model of one bundled application (loaded once per process)."""
+    """A registered application, else the shared model of one bundled one (loaded once per process)."""
+    registered = _REGISTERED.get(name)
+    return registered if registered is not None else _load_trace_app(name)
+
+
+@lru_cache(maxsize=None)
+def _load_trace_app(name: str) -> AppModel:
     return AppModel(name)

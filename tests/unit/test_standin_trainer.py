@@ -150,3 +150,89 @@ def test_exit_on_checkpoint_then_resume(cluster) -> None:
     done = subprocess.run(args(checkpoints, step + 3, 1000), env=env, capture_output=True, text=True, timeout=WAIT_S)
     assert f"resumed at step {step}/{step + 3}" in done.stdout
     assert report(reports)["step"] == step + 3
+
+
+# -- --curve: step times from a drawn scaling curve instead of the traces ---------------------------
+
+def curve_json(**step_s: float) -> str:
+    return json.dumps({"kind": "plateau2", "base_step_s": 1.0, "step_s": step_s})
+
+
+def curve_args(checkpoints: Path, steps: int, curve: str, *extra: str) -> list[str]:
+    return [sys.executable, str(TRAINER), "--curve", curve, "--steps", str(steps), "--batch-size", "64",
+            "--checkpoint-dir", str(checkpoints), "--report-interval", "0", *extra]
+
+
+def events(stdout: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        if line.startswith("standin-trainer: event="):
+            name, rest = line.split("event=", 1)[1].split(" ", 1)
+            found.setdefault(name, []).append(rest)
+    return found
+
+
+def test_curve_sets_the_step_time_of_the_allocation_and_the_reported_rate(cluster, tmp_path) -> None:
+    env, reports, checkpoints = cluster
+    env.update(SLURM_GPUS_ON_NODE="2", SLURM_JOB_NUM_NODES="2")        # 4 GPUs over 2 nodes
+    path = tmp_path / "curve.json"
+    path.write_text(curve_json(**{"1x1": 0.4, "4x1": 0.1, "4x2": 0.25}))
+    done = subprocess.run(curve_args(checkpoints, 4, str(path)), env=env, capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    assert "app curve:plateau2 gpus 4 nodes 2 resumed at step 0/4" in done.stdout
+    seen = events(done.stdout)
+    assert "step_s=0.25" in seen["start"][0] and "gpus=4 nodes=2" in seen["start"][0]
+    assert seen["first-step"][0].endswith("step=1")
+    start_t = float(seen["start"][0].split("t=")[1].split()[0])
+    first_t = float(seen["first-step"][0].split("t=")[1].split()[0])
+    assert first_t - start_t >= 0.25            # it slept the curve's step, not the trace's
+    final = report(reports)
+    assert (final["step"], final["gpus"], final["nodes"]) == (4, 4, 2)
+    assert final["samples_per_s"] == pytest.approx(64 / 0.25)   # batch / the curve's step: honest
+
+
+def test_inline_curve_on_one_node_and_the_trace_stays_the_default(cluster) -> None:
+    env, reports, checkpoints = cluster
+    done = subprocess.run(curve_args(checkpoints, 3, curve_json(**{"2x1": 0.01})), env=env, capture_output=True,
+                          text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    assert report(reports)["samples_per_s"] == pytest.approx(64 / 0.01)
+    trace = subprocess.run(args(checkpoints, 3, 1000), env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert "app cifar10 gpus 2" in trace.stdout
+    assert report(reports)["samples_per_s"] != pytest.approx(64 / 0.01)
+
+
+@pytest.mark.parametrize("curve, message", [
+    ('{"step_s": {"1x1": 0.5}}', "no step time for 2 GPUs on 1 node"),       # the allocation is not tabled
+    ('{"step_s": {"2x1": -1}}', "out of range"),
+    ('{"step_s": {"two": 1}}', "keys are"),
+    ('{"step_s": ', "not JSON"),
+    ("/nonexistent/curve.json", "cannot read curve"),
+])
+def test_a_bad_curve_is_one_clear_message(cluster, curve, message) -> None:
+    env, _, checkpoints = cluster
+    done = subprocess.run(curve_args(checkpoints, 3, curve), env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_curve_needs_a_batch_size_and_one_source_is_required(cluster) -> None:
+    env, _, checkpoints = cluster
+    no_batch = [a for a in curve_args(checkpoints, 3, curve_json(**{"2x1": 0.1})) if a not in ("--batch-size", "64")]
+    assert subprocess.run(no_batch, env=env, capture_output=True, timeout=WAIT_S).returncode == 2
+    neither = [sys.executable, str(TRAINER), "--steps", "3"]
+    done = subprocess.run(neither, env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 2 and "--app" in done.stderr
+
+
+def test_resumes_from_its_checkpoint_on_a_new_allocation_of_the_curve(cluster) -> None:
+    env, reports, checkpoints = cluster
+    checkpoints.mkdir()
+    (checkpoints / f"{JOB}.json").write_text(json.dumps({"step": 5}))
+    env["SLURM_GPUS_ON_NODE"] = "1"
+    done = subprocess.run(curve_args(checkpoints, 7, curve_json(**{"1x1": 0.02, "2x1": 0.01})), env=env,
+                          capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr
+    assert "gpus 1 nodes 1 resumed at step 5/7" in done.stdout
+    assert report(reports)["samples_per_s"] == pytest.approx(64 / 0.02)
