@@ -6,8 +6,9 @@
 
 Every job of the workload becomes a `CurveApp` (slurm_liquid/sim/curves.py) registered under its
 name, so the simulator's jobs step exactly as the live stand-in trainers do. The cluster is the
-test cluster's 4 nodes x 4 GPUs; every placement goes through `SlurmShapes`, Slurm's rule that a
-multi-node job has the same GPUs on every node (what the daemon does with `uniform_placement_sizes`).
+test cluster's 4 nodes x 4 GPUs. It runs the one scheduling loop (`slurm_liquid.loop`) the daemon
+runs, with the daemon's rules: Slurm's shape rule (the same GPUs on every node of a multi-node job),
+no suspension of a running job, a job kept as it is when its target cannot be placed.
 Arms:
 
 | arm | live | simulated |
@@ -19,9 +20,9 @@ Arms:
 
 The restart cost (seconds from a requeue to the trainer's first step again) and the first-start cost
 (from Slurm's start of a job to its first step) are the means measured in the live runs' JSON
-(`--runs`), or `--restart-cost` / `--start-cost`. DL2's speed model: `prior` (default) is what the live
-daemon consults today (daemon/elastic.py `LiveSpeedModel`: the traces' step times of the declared
-model, remaining steps from the job's progress); `oracle` is the true curve. The gap to the live
+(`--runs`), or `--restart-cost` / `--start-cost`. DRF's and DL2's speed model: `measured` (default) is
+what the live daemon consults (the speed room: the declared model's prior, then the job's own simulated
+reports); `oracle` is the true curve. The gap to the live
 average JCT is printed per arm where a live result exists.
 """
 
@@ -41,11 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workload import smoke  # noqa: E402
 
-from slurm_liquid.daemon.elastic import LiveSpeedModel  # noqa: E402
-from slurm_liquid.daemon.resize import uniform_placement_sizes  # noqa: E402
-from slurm_liquid.placement.base import Placement, PlacementRequest  # noqa: E402
+from slurm_liquid.loop import Loop, PlaceStage, Shape  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
-from slurm_liquid.policy.base import Action, ClusterView, JobView, as_allocation  # noqa: E402
+from slurm_liquid.policy.base import ClusterView, Decision  # noqa: E402
+from slurm_liquid.sim.backend import SimBackend  # noqa: E402
+from slurm_liquid.speed import MeasuredSpeedModel, trace_app  # noqa: E402
 from slurm_liquid.sim.apps import register_app  # noqa: E402
 from slurm_liquid.sim.curves import Curve, CurveApp  # noqa: E402
 from slurm_liquid.sim.engine import ClusterConfig, Simulator  # noqa: E402
@@ -62,48 +63,21 @@ SETUP = {"plain": ("fifo", "slurm", 1.0), "liquid": ("fifo", "liquid", 1.0),
          "drf": ("drf", "liquid", 1.0), "dl2": ("dl2", "liquid", 1.0)}
 
 
-class SlurmShapes:
-    """A placer that places only what Slurm can express: the same GPU count on every node."""
-
-    def __init__(self, inner, gpus_per_node: int) -> None:
-        self.inner = inner
-        self.gpus_per_node = gpus_per_node
-
-    def place(self, request: PlacementRequest, state) -> Placement:
-        if request.gpus_per_node is not None:
-            return self.inner.place(request, state)
-        answer = Placement(request.job, None, f"no shape of {request.gpus} GPUs with the same GPUs per node")
-        for _, per_node in uniform_placement_sizes(request.gpus, self.gpus_per_node):
-            answer = self.inner.place(replace(request, gpus_per_node=per_node), state)
-            if answer.placed:
-                return answer
-        return answer
-
-    def place_all(self, requests, state):
-        out = []
-        for request in requests:
-            placement = self.place(request, state)
-            if placement.placed:
-                state = state.take(placement)
-            out.append(placement)
-        return out
-
-
 class DaemonMirror:
-    """What the live daemon does around a resizing policy (daemon/elastic.py, at this commit):
+    """What the live daemon does around a resizing policy, as a policy of the one loop (GPU counts only;
+    the loop places them in Slurm's shapes, never suspends a running job, and keeps a job whose target
+    cannot be placed):
 
-    - placement: a waiting job starts at the GPUs it asked for as soon as they are free (Liquid's
-      placer in Slurm's shapes), in arrival order: the daemon's placement pass, every decision;
-    - every `slot_s` the policy decides; each RUNNING job's target is the GPUs of its action (0 when
-      the policy's own placement left it out, then clamped to the job's minimum; no action: unchanged),
-      clamped to [min, max]; the change is made only if the job has not started or changed in the last
-      `min_change_s`, has changed fewer than `max_per_hour` times in the hour, and the target can be
-      placed in Slurm's shapes counting the job's own GPUs as free; else the job keeps what it holds.
-      A waiting job is never started by the slot, a running job never suspended.
+    - a waiting job starts at the GPUs it asked for as soon as they are free, in arrival order: the
+      daemon's placement pass (and Slurm), at every decision;
+    - every `slot_s` the policy decides the running jobs' counts; a change is asked only if the job has
+      not started or changed in the last `min_change_s` and has changed fewer than `max_per_hour` times
+      in the hour (the daemon's `[elastic]` limits). A waiting job is never started by the slot.
     """
 
-    def __init__(self, policy, placer, slot_s: float, min_change_s: float, max_per_hour: int) -> None:
-        self.policy, self.placer = policy, placer
+    def __init__(self, policy, slot_s: float, min_change_s: float, max_per_hour: int) -> None:
+        self.policy = policy
+        self.speed = getattr(policy, "speed", None)   # the loop bounds unmeasured widths for speed policies
         self.slot_s, self.min_change_s, self.max_per_hour = slot_s, min_change_s, max_per_hour
         self.name = policy.name
         self.reset()
@@ -112,64 +86,48 @@ class DaemonMirror:
         self.policy.reset()
         self.next_slot = 0.0
         self.changed: dict[str, list[float]] = {}
+        self.held: dict[str, tuple] = {}
 
-    def decide(self, view: ClusterView) -> list[Action]:
+    def decide(self, view: ClusterView) -> Decision:
         now = view.now
-        held = {j.id: j.allocation for j in view.jobs if j.allocation}
-        actions = []
-        for job in view.jobs:                       # the placement pass
-            if job.allocation:
-                continue
-            placement = self.placer.place(PlacementRequest(job.id, job.gpus), self._free(view, held))
-            if placement.placed:
-                held[job.id] = as_allocation(placement)
-                self.changed[job.id] = [now]
-                actions.append(Action(job.id, held[job.id]))
+        for job in view.jobs:        # what the previous decision changed (started or resized) happened then
+            if job.allocation and job.allocation != self.held.get(job.id):
+                self.changed.setdefault(job.id, []).append(self.last)
+        self.held = {j.id: j.allocation for j in view.jobs if j.allocation}
+        self.last = now
+        moves = [(j.id, j.gpus) for j in view.jobs if not j.allocation]       # the placement pass
         running = [j for j in view.jobs if j.allocation]
         if now + 1e-9 < self.next_slot or not running:
-            return actions
+            return Decision(tuple(moves))
         self.next_slot = (now // self.slot_s + 1) * self.slot_s   # slots on the daemon's clock from its start
-        wanted = {a.job: a.gpus for a in self.policy.decide(view)}
+        wanted = self.policy.decide(view).counts
         for job in running:
-            have = job.allocated
-            target = min(max(wanted.get(job.id, have), job.min_gpus), job.upper)
             times = [t for t in self.changed.get(job.id, []) if t > now - 3600]
-            if target == have or (times and now - times[-1] < self.min_change_s) or len(times) > self.max_per_hour:
+            if job.id not in wanted or (times and now - times[-1] < self.min_change_s) or len(times) > self.max_per_hour:
                 continue
-            others = {k: v for k, v in held.items() if k != job.id}
-            placement = self.placer.place(PlacementRequest(job.id, target), self._free(view, others))
-            if placement.placed:
-                held[job.id] = as_allocation(placement)
-                self.changed[job.id] = [*times, now]
-                actions.append(Action(job.id, held[job.id]))
-        return actions
-
-    @staticmethod
-    def _free(view: ClusterView, held: dict):
-        return view.free_state([JobView(k, 0.0, 0, allocation=v) for k, v in held.items()])
+            moves.append((job.id, wanted[job.id]))
+        return Decision(tuple(moves))
 
 
-class AsLive:
-    """Hands a policy the view the live daemon builds: each job's declared model's trace application
-    and declared batch (the prior), with remaining steps from the job's own progress."""
+class Declared(SimBackend):
+    """The simulator as the live daemon sees it: each job's declared model and batch (what its tag
+    says; the speed prior), not the curve it really follows, which only its reports reveal."""
 
-    def __init__(self, policy, sim: Simulator, declared: dict[str, tuple[str, int]], speed: LiveSpeedModel) -> None:
-        self.policy, self.sim, self.declared, self.speed = policy, sim, declared, speed
-        self.name = policy.name
+    def __init__(self, sim: Simulator, declared: dict[str, tuple[str, int]]) -> None:
+        self.declared = declared
+        super().__init__(sim)
 
-    def reset(self) -> None:
-        self.policy.reset()
+    def observe(self) -> ClusterView | None:
+        view = super().observe()
+        if view is None:
+            return None
+        jobs = tuple(replace(j, app=trace_app(self.declared[j.id][0]), batch_size=self.declared[j.id][1])
+                     for j in view.jobs)
+        return replace(view, jobs=jobs)
 
-    def decide(self, view: ClusterView):
-        remaining = {}
-        jobs = []
-        for job in view.jobs:
-            sim_job = self.sim.by_id[job.id]
-            remaining[job.id] = max(sim_job.app.target_progress - sim_job.progress, 0.0)
-            app, batch = self.declared[job.id]
-            jobs.append(replace(job, app=app, batch_size=batch))
-        self.speed.remaining = remaining
-        return self.policy.decide(replace(view, jobs=tuple(jobs)))
+    def reports(self):
+        for report in super().reports():
+            yield replace(report, model=self.declared[report.job][0])
 
 
 class LiveSimulator(Simulator):
@@ -219,22 +177,24 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
     config = ClusterConfig(nodes=4, gpus_per_node=4, interval=interval, restart_penalty=restart_cost,
                            elastic=arm in ("drf", "dl2"), walltime_factor=0.0, nodes_per_switch=2)
     config, placer = make_placer(placer_name, config)
-    placer = SlurmShapes(placer, config.gpus_per_node)
+    place = PlaceStage(placer, Shape.UNIFORM)
     start = restart_cost if start_cost is None else start_cost
     sim = LiveSimulator(specs_of(workload), config, f"live-{arm}", start)
+    declared = {j["name"]: (j["app"], int(j["batch_size"])) for j in workload["jobs"]}
+    backend: SimBackend = Declared(sim, declared)
+    speed = None
     if policy_name == "fifo":
-        policy = make_policy(policy_name, placer)
+        policy = make_policy(policy_name)
     else:
-        # As the daemon builds it: no placer of its own (the policy's default), the daemon places.
-        if speed_kind == "oracle":
-            inner = make_policy(policy_name, None, OracleSpeedModel(config.gpus_per_node))
-        else:
-            live_speed = LiveSpeedModel(config.gpus_per_node, {})
-            declared = {j["name"]: (j["app"], int(j["batch_size"])) for j in workload["jobs"]}
-            inner = AsLive(make_policy(policy_name, None, live_speed), sim, declared, live_speed)
-        policy = DaemonMirror(inner, placer, DAEMON["slot_s"], DAEMON["min_change_interval_s"],
+        if speed_kind == "oracle":   # the true curves: what a perfect speed model would say
+            speed = OracleSpeedModel(config.gpus_per_node)
+            backend = SimBackend(sim)
+        else:                        # the daemon's: the speed room, fed with the jobs' reports
+            speed = MeasuredSpeedModel(config.gpus_per_node)
+        policy = DaemonMirror(make_policy(policy_name, speed), DAEMON["slot_s"], DAEMON["min_change_interval_s"],
                               DAEMON["max_changes_per_hour"])
-    result = sim.run(policy)
+    Loop(policy, place, speed, suspends=False).run(backend)
+    result = sim.result(policy.name)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
             "restart_cost_s": round(restart_cost, 1), "start_cost_s": round(start, 1), "speed": speed_kind, "jobs": len(result.jcts),
             "avg_jct_s": round(result.avg_jct_s, 1), "makespan_s": round(result.makespan_s, 1),
@@ -251,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-cost", type=float, help="seconds a resize costs (default: measured in --runs)")
     parser.add_argument("--start-cost", type=float,
                         help="seconds a job's first start costs (default: measured in --runs, else the restart cost)")
-    parser.add_argument("--speed", choices=("prior", "oracle"), default="prior")
+    parser.add_argument("--speed", choices=("measured", "oracle"), default="measured",
+                        help="what DRF/DL2 know of speed: measured = the speed room on the jobs' reports, as the "
+                             "daemon (default); oracle = the true curves")
     parser.add_argument("--smoke", action="store_true", help="the smoke workload (run.py --smoke): 4 jobs, half steps")
     parser.add_argument("--out", type=Path, help="write the simulated results here as JSON")
     args = parser.parse_args(argv)

@@ -76,10 +76,12 @@ class Loop:
         return view
 
     def admit(self, view: ClusterView) -> tuple[ClusterView, dict[str, int]]:
-        """Each elastic job bounded by `reach`: a width the speed model has not seen is tried one step
-        at a time (an oracle has no `reach` and bounds nothing)."""
+        """Each elastic job bounded by `reach` when the policy decides by speed (Optimus, DL2): a width the
+        speed model has not seen is tried one step at a time."""
         reach = getattr(self.speed, "reach", None)
-        if reach is None:
+        if reach is None or getattr(self.policy, "speed", None) is None:
+            # An oracle knows every width; a policy that does not decide by speed (DRF, FIFO, Tiresias)
+            # risks nothing on a width nobody measured.
             return view, {}
         bounded: dict[str, int] = {}
         jobs = []
@@ -117,7 +119,7 @@ class Loop:
         """admit -> allocate -> place on one observed view; applies nothing."""
         bounded_view, bounded = self.admit(view)
         decision = self.allocate(bounded_view)
-        return Round(view, decision, self.place.place(view, decision), bounded)
+        return Round(view, decision, self.place.place(view, decision, self.suspends), bounded)
 
     def turn(self, backend: Backend) -> Round | None:
         """One round; None when the back end has nothing more to schedule."""

@@ -10,13 +10,14 @@ previous ones took. Two rules come from the back end:
 - `eligible`: the nodes one job may use as it sees them (partitions, GPU type, features, free CPUs
   and memory per GPU on the live cluster: `placement.slurm_rules`); None: every node.
 
-A job that cannot be placed is suspended if it held GPUs (the simulator) and otherwise stays as it is.
+A job that cannot be placed is suspended if it held GPUs and the back end suspends (the simulator);
+otherwise it stays as it is.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Callable
 
@@ -54,11 +55,15 @@ class PlaceStage:
     shape: Shape = Shape.FREE
     eligible: Eligible | None = None
 
-    def place(self, view: ClusterView, decision: Decision) -> list[Action]:
-        """The actions that give each moved job its count; running jobs not moved keep their nodes."""
+    def place(self, view: ClusterView, decision: Decision, suspends: bool = True) -> list[Action]:
+        """The actions that give each moved job its count; running jobs not moved keep their nodes.
+
+        `suspends` False (a back end that cannot suspend a running job: Slurm without a requeue): a moved
+        running job frees its own GPUs only when its turn comes, and keeps them when its new count cannot
+        be placed, so no placement ever counts on GPUs a kept job still holds."""
         moved = decision.counts
-        keep = [j for j in view.jobs if j.allocation and j.id not in moved]
-        state = view.free_state(keep)
+        held = [j for j in view.jobs if j.allocation and (j.id not in moved or not suspends)]
+        state = view.free_state(held)
         jobs = {j.id: j for j in view.jobs}
         widest = max((n.gpus for n in view.nodes), default=1)
         actions: list[Action] = []
@@ -69,13 +74,16 @@ class PlaceStage:
             if gpus <= 0:
                 if job.allocation:
                     actions.append(Action(job.id))
+                    state = _release(state, job.allocation) if not suspends else state
                 continue
-            placement = self._place(job, gpus, state, widest)
+            own = state if suspends or not job.allocation else _release(state, job.allocation)
+            placement = self._place(job, gpus, own, widest)
             if placement is not None:
-                state = state.take(placement)
+                state = own.take(placement)
                 actions.append(Action(job.id, as_allocation(placement)))
-            elif job.allocation:
+            elif job.allocation and suspends:
                 actions.append(Action(job.id))
+
         return actions
 
     def _place(self, job: JobView, gpus: int, state: ClusterState, widest: int) -> Placement | None:
@@ -89,3 +97,13 @@ class PlaceStage:
             if placement.placed:
                 return placement
         return None
+
+
+def _release(state: ClusterState, allocation: Allocation) -> ClusterState:
+    """`state` with the GPUs of `allocation` free again (nodes it does not list are ignored)."""
+    nodes = dict(state.nodes)
+    for name, gpus in allocation:
+        node = nodes.get(name)
+        if node is not None:
+            nodes[name] = replace(node, gpus_free=min(node.gpus, node.gpus_free + gpus))
+    return ClusterState(nodes)

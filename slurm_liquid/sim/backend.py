@@ -7,6 +7,7 @@ a measured speed model learns in simulation from the same kind of evidence as on
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterator
 
 from slurm_liquid.loop.core import Report, Round
@@ -15,14 +16,24 @@ from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.sim.job import SimJob
 
 
+@lru_cache(maxsize=4096)
+def _epoch_steps(app, batch: int) -> tuple[float, ...]:
+    """Cumulative optimizer steps at `batch` at the start of each epoch, and at the end."""
+    steps = [0.0]
+    for e in range(app.max_epochs):
+        steps.append(steps[-1] + (app.epoch_bounds[e + 1] - app.epoch_bounds[e]) / app.gain(batch, e))
+    return tuple(steps)
+
+
 def steps_done(job: SimJob) -> tuple[int, int]:
-    """(optimizer steps done, steps in all) at the job's declared batch, as its progress report says."""
-    app, batch, epoch = job.app, job.spec.batch_size, min(job.epoch, job.app.max_epochs - 1)
-    lo, hi = app.epoch_bounds[epoch], app.epoch_bounds[epoch + 1]
-    done_lo, done_hi = app.iterations(batch, epoch), app.iterations(batch, epoch + 1)
-    frac = min(max((job.progress - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 1.0
-    total = app.iterations(batch, app.max_epochs)
-    return int(done_lo + frac * (done_hi - done_lo)), max(int(total), 1)
+    """(optimizer steps done, steps in all) at the batch the job trains at now, as its progress report
+    says: each epoch's progress over the statistical gain of one step at that batch."""
+    app = job.app
+    batch = int(job.config.batch) if job.config is not None else job.spec.batch_size
+    epoch = min(job.epoch, app.max_epochs - 1)
+    cumulative = _epoch_steps(app, batch)
+    done = cumulative[epoch] + max(job.progress - app.epoch_bounds[epoch], 0.0) / app.gain(batch, epoch)
+    return int(done), max(int(cumulative[-1]), 1)
 
 
 class SimBackend:

@@ -183,7 +183,7 @@ def test_a_poisoned_progress_report_never_breaks_the_slot(report) -> None:
     work = Adjuster(client, config("drf"), TOPOLOGY, Journal(":memory:", now=lambda: NOW),
                     progress=lambda job: report, now=lambda: NOW)
     result = work.run_slot()
-    assert result.failed == {} and result.decided == {7: 4}   # one step past the 2 it holds
+    assert result.failed == {} and result.decided == {7: 8}
 
 
 def test_a_forged_record_without_the_tag_is_never_resized() -> None:
@@ -307,7 +307,7 @@ def history(*changes: tuple[float, str]) -> Journal:
 ])
 def test_limits_hold_a_change_back(changes, limits, started_ago: float, skipped: str | None) -> None:
     report, client = slot([running(7, {"gpu01": 2}, started_ago=started_ago)], config(**limits), history(*changes))
-    assert report.decided == {7: 4}
+    assert report.decided == {7: 8}
     if skipped:
         assert report.skipped == {7: skipped} and changed_jobs(client) == set()
     else:
@@ -332,7 +332,7 @@ def test_shadow_mode_only_notes_what_it_would_do() -> None:
     (job_id,), fields = client.update_job.call_args
     assert job_id == 7 and set(fields) == {"Comment"}
     record = Record.parse(fields["Comment"])
-    assert record.get("would_resize") == "2to4" and record.get("placed") == "gpu01:2"
+    assert record.get("would_resize") == "2to8" and record.get("placed") == "gpu01:2"
     assert report.skipped[7].startswith("shadow: would resize gpu01:2->") and not report.resized
     assert journal.count_since(0) == 0 and journal.unfinished() == []
 
@@ -381,11 +381,14 @@ def test_every_slot_gives_the_policy_the_jobs_fresh_progress(monkeypatch) -> Non
 
 
 def test_an_unmeasured_job_grows_one_step_at_a_time() -> None:
-    # No samples/s reported: DRF would give the lone job its maximum (8), but a width the speed room
-    # has never seen is tried one step past what the job holds.
-    report, client = slot([running(7, {"gpu01": 2})])
+    # No samples/s reported: Optimus's prior says the lone job gains up to its maximum (8), but a width
+    # the speed room has never seen is tried one step past what the job holds. DRF, which does not
+    # decide by speed, is not bounded.
+    report, client = slot([running(7, {"gpu01": 2})], config("optimus"))
     assert report.bounded == {7: 4} and report.decided == {7: 4}
     assert sum(resized_to(client).values()) == 4
+    report, _ = slot([running(7, {"gpu01": 2})], config("drf"))
+    assert report.bounded == {} and report.decided == {7: 8}
 
 
 def per_job_speed(curves: dict[int, dict[int, float]]):

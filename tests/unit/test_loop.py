@@ -1,0 +1,120 @@
+"""The one scheduling loop: its stages on hand-made views, and the simulator as its back end."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from slurm_liquid.loop import Loop, PlaceStage, Shape, slurm_shapes
+from slurm_liquid.placement.greedy import MostFreeGreedy
+from slurm_liquid.policy import make_policy
+from slurm_liquid.policy.base import ClusterView, Decision, JobView, NodeView
+from slurm_liquid.sim.backend import SimBackend, steps_done
+from slurm_liquid.sim.engine import ClusterConfig, Simulator
+from slurm_liquid.sim.workload import JobSpec
+from slurm_liquid.speed import MeasuredSpeedModel
+
+NODES = tuple(NodeView(f"n{i}", 4) for i in range(4))
+
+
+class Wants:
+    name = "wants"
+    speed = None
+
+    def __init__(self, *moves):
+        self.moves = moves
+
+    def reset(self):
+        pass
+
+    def decide(self, view):
+        return Decision(tuple(self.moves))
+
+
+def test_uniform_shape_gives_the_same_gpus_on_every_node() -> None:
+    place = PlaceStage(MostFreeGreedy(), Shape.UNIFORM)
+    v = ClusterView(0.0, NODES, (JobView("a", 0, 6), JobView("b", 0, 5)))
+    actions = {a.job: a for a in place.place(v, Decision((("a", 6), ("b", 5))))}
+    assert sorted(g for _, g in actions["a"].allocation) == [3, 3]
+    assert "b" not in actions                 # 5 GPUs are 5 x 1: four nodes cannot hold that shape
+    free = PlaceStage(MostFreeGreedy()).place(v, Decision((("a", 6),)))
+    assert sorted(g for _, g in free[0].allocation) == [2, 4]   # the artifact's rule: any GPUs per node
+
+
+@given(st.integers(1, 64), st.integers(1, 8))
+def test_every_slurm_shape_is_even_and_fits_a_node(gpus: int, per_node: int) -> None:
+    for nodes, each in slurm_shapes(gpus, per_node):
+        assert nodes * each == gpus and each <= per_node
+
+
+def test_a_back_end_that_cannot_suspend_keeps_a_job_whose_move_fails() -> None:
+    # a (2 on n0) wants 5, which has no shape; b wants 16, which needs a's GPUs too. Without suspension,
+    # a keeps n0:2 and b is not given GPUs a still holds.
+    a = JobView("a", 0, 2, allocation=(("n0", 2),), max_gpus=8)
+    b = JobView("b", 1, 4, allocation=(("n1", 4),), max_gpus=16)
+    v = ClusterView(0.0, NODES, (a, b))
+    kept = Loop(Wants(("a", 5), ("b", 16)), PlaceStage(MostFreeGreedy(), Shape.UNIFORM), suspends=False).decide(v)
+    assert kept.actions == []
+    suspended = Loop(Wants(("a", 5), ("b", 16)), PlaceStage(MostFreeGreedy(), Shape.UNIFORM)).decide(v)
+    assert {x.job: x.gpus for x in suspended.actions} == {"a": 0, "b": 16}
+
+
+def test_allocate_holds_counts_to_what_each_job_allows() -> None:
+    rigid = JobView("r", 0, 4, allocation=(("n0", 4),))
+    elastic = JobView("e", 1, 2, allocation=(("n1", 2),), min_gpus=2, max_gpus=6)
+    waiting = JobView("w", 2, 3)
+    v = ClusterView(0.0, NODES, (rigid, elastic, waiting))
+    loop = Loop(Wants(("r", 0), ("e", 16), ("w", 1)), PlaceStage(MostFreeGreedy()), suspends=False)
+    # r cannot be suspended here: it keeps; e is held to its maximum; a rigid job runs at its request.
+    assert loop.allocate(v).moves == (("e", 6), ("w", 3))
+    loop.suspends = True
+    assert loop.allocate(v).moves == (("r", 0), ("e", 6), ("w", 3))
+
+
+def cifar(name: str, t: float, gpus: int = 1, batch: int = 512) -> JobSpec:
+    return JobSpec(name, t, "cifar10", gpus, batch)
+
+
+def test_the_simulator_reports_progress_as_a_live_job_does() -> None:
+    sim = Simulator([cifar("a", 0, 2)], ClusterConfig(nodes=2, restart_penalty=100))   # 60 s slots
+    backend = SimBackend(sim)
+    Loop(make_policy("drf"), PlaceStage(MostFreeGreedy())).turn(backend)   # starts a
+    assert list(backend.reports()) == []       # still paying its restart penalty: no step made yet
+    backend.apply(Loop(Wants(), PlaceStage(MostFreeGreedy())).decide(backend.observe()))
+    (report,) = backend.reports()
+    job = sim.by_id["a"]
+    assert report.observation.gpus == job.gpus and report.observation.nodes == len(job.counts)
+    assert abs(report.observation.samples_per_s - job.config.batch / job.iter_time) < 1e-9
+    assert (report.step, report.total) == steps_done(job) and 0 < report.step < report.total
+
+
+def test_measured_speeds_decide_in_the_simulator_and_stay_near_the_oracle() -> None:
+    specs = [cifar(f"c{i}", 60.0 * i, 1 + i % 2, 256 * (1 + i % 3)) for i in range(6)]
+    config = ClusterConfig(nodes=2)
+    oracle = Simulator(specs, config).run(make_policy("optimus", __import__(
+        "slurm_liquid.sim.oracle", fromlist=["x"]).OracleSpeedModel(4)))
+    speed = MeasuredSpeedModel(4)
+    measured = Simulator(specs, config).run(make_policy("optimus", speed), speed=speed)
+    assert speed.fits > 0 and all(speed.source(j).startswith("measured") for j in ("c0", "c1"))
+    assert measured.avg_jct_s <= 1.25 * oracle.avg_jct_s, (measured.avg_jct_s, oracle.avg_jct_s)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 9)), max_size=8))
+def test_a_planned_round_never_over_commits_a_node(moves) -> None:
+    jobs, used = [], {n.name: 0 for n in NODES}
+    for i, (node, gpus, want) in enumerate(moves):
+        name = f"n{node}"
+        gpus = min(gpus, 4 - used[name])
+        used[name] += gpus
+        jobs.append(JobView(f"j{i}", i, max(gpus, 1), allocation=((name, gpus),) if gpus else (), max_gpus=16))
+    v = ClusterView(0.0, NODES, tuple(jobs))
+    for suspends in (True, False):
+        done = Loop(Wants(*((j.id, w) for j, (_, _, w) in zip(jobs, moves))), PlaceStage(MostFreeGreedy(), Shape.UNIFORM),
+                    suspends=suspends).decide(v)
+        after = {j.id: j.allocation for j in jobs}
+        after.update({a.job: a.allocation for a in done.actions})
+        load = {n.name: 0 for n in NODES}
+        for allocation in after.values():
+            for name, gpus in allocation:
+                load[name] += gpus
+        assert all(load[n] <= 4 for n in load), (suspends, after)
