@@ -154,10 +154,11 @@ class Adjuster:
         self.speed.gpus_per_node = max((n.gpus for n in nodes), default=1)
         self._nodes = {n.name: n for n in nodes}
         view = self._view(jobs, nodes)
-        running = {str(k) for k in self._elastic}
-        for gone in self._measured - running:   # finished (or no longer elastic): its observations go
+        # A job being resized is pending for a while: its observations stay until it has ended.
+        alive = {str(j.job_id) for j in jobs if not j.is_finished}
+        for gone in self._measured - alive:
             self.speed.forget(gone)
-        self._measured = running
+        self._measured = (self._measured & alive) | {str(k) for k in self._elastic}
         return view
 
     def reports(self) -> Iterable[Report]:

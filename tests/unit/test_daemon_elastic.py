@@ -434,3 +434,17 @@ def test_a_report_written_before_the_resize_says_nothing_of_the_new_width() -> N
         work.report_of = lambda job, stale=stale: {"step": 10, "total": 100, "samples_per_s": 999.0, **stale}
         assert work.loop.observe(work) is not None
         assert not work.speed.source("7").startswith("measured")
+
+
+def test_a_job_requeued_for_its_resize_keeps_what_was_measured() -> None:
+    measured = {"step": 10, "total": 100, "samples_per_s": 500.0, "gpus": 2, "nodes": 1, "time": NOW}
+    work = adjuster(slurm([running(7, {"gpu01": 2}), running(6, {"gpu03": 1})]), config("drf"), progress=measured)
+    work.run_slot()
+    assert work.speed.source("7").startswith("measured")
+    pending = replace(running(7, {"gpu01": 2}), state="PENDING", nodes=())     # requeued by its resize
+    work.client = slurm([pending, running(6, {"gpu03": 1})])
+    work.run_slot()
+    assert work.speed.source("7").startswith("measured")
+    work.client = slurm([running(6, {"gpu03": 1})])                              # 7 has ended
+    work.run_slot()
+    assert not work.speed.source("7").startswith("measured")
