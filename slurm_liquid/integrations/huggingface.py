@@ -103,9 +103,10 @@ class LiquidCallback(TrainerCallback):
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> TrainerControl:
-        if any_rank(progress.checkpoint_requested()) and not self.saving:
+        if any_rank(progress.checkpoint_requested()):
             progress.clear()  # before the save: a request arriving during it is not lost
             self.saving = True
+        if self.saving:  # again while not saved: save_strategy="best" drops it at steps that are no new best
             control.should_save = True
         rate = None
         with quietly("throughput"):

@@ -95,6 +95,7 @@ def hf_train(callback, args, *, state=None, clock, step_s=0.5, steps_in_epoch=10
     handler = CallbackHandler([DefaultFlowCallback, callback], None, None, None, None)
     state = state or TrainerState()
     state.max_steps, state.is_world_process_zero = args.max_steps, True
+    state.compute_steps(args, args.max_steps)  # logging, eval and save steps, as Trainer._init_training_state
     control = TrainerControl()
     epochs = -(-args.max_steps // steps_in_epoch)
 
@@ -117,6 +118,10 @@ def hf_train(callback, args, *, state=None, clock, step_s=0.5, steps_in_epoch=10
             state.global_step += 1
             state.epoch = epoch + (step + 1) / steps_in_epoch
             control = handler.on_step_end(args, state, control)
+            if control.should_evaluate:  # Trainer._evaluate; with save_strategy "best": save if a new best
+                control = handler.on_evaluate(args, state, control, metrics={"eval_loss": 1.0})
+                if args.save_strategy == "best":
+                    control.should_save = False  # never a new best here
             control = maybe_save(control)
             if after_step:
                 after_step(state)
@@ -177,9 +182,21 @@ def test_hf_signal_saves_reports_stops_then_resumes_after_a_resize(job, signals,
 def test_hf_checkpoints_the_trainer_saves_itself_are_reported_without_stopping(job, signals, tmp_path) -> None:
     clock = Clock()
     args = hf_args(tmp_path, save_strategy="steps", save_steps=5)
-    state = hf_train(HFCallback(reporter=Reporter(clock=clock), clock=clock), args, clock=clock)
+    seen = []
+    state = hf_train(HFCallback(reporter=Reporter(clock=clock), clock=clock), args, clock=clock,
+                     after_step=lambda state: seen.append(written(job)["checkpoint"]))
     assert state.global_step == 20
-    assert written(job)["checkpoint"] == str(Path(args.output_dir) / "checkpoint-20")
+    assert seen[4] == seen[8] == str(Path(args.output_dir) / "checkpoint-5")
+    assert seen[19] == str(Path(args.output_dir) / "checkpoint-20")
+
+
+def test_hf_a_request_dropped_by_save_strategy_best_is_made_again(job, signals, tmp_path) -> None:
+    clock = Clock()
+    args = hf_args(tmp_path, save_strategy="best", metric_for_best_model="eval_loss", eval_strategy="steps",
+                   eval_steps=2)
+    callback = HFCallback(reporter=Reporter(clock=clock), clock=clock, sleep=Sleeper(clock), requeue_wait_s=1)
+    state = hf_train(callback, args, clock=clock, signal_at={6})
+    assert state.global_step == 7 and written(job)["checkpoint"] == str(Path(args.output_dir) / "checkpoint-7")
 
 
 def test_hf_says_how_to_resume_when_training_restarts_from_zero(job, signals, tmp_path, capsys) -> None:
