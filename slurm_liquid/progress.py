@@ -29,6 +29,7 @@ Reports are readable by everyone (mode 0644): they hold step counts and checkpoi
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -132,11 +133,23 @@ def install(signal_name: str = "USR1") -> bool:
         signum = signal.Signals["SIG" + signal_name.upper().removeprefix("SIG")]
         if signum not in _installed:
             signal.signal(signum, _handler(signal.getsignal(signum)))
+            if not _installed:
+                atexit.register(_ignore_at_exit)
             _installed.add(signum)
     except (KeyError, ValueError, OSError) as err:
         _warn_once("install", f"cannot catch signal {signal_name!r} ({err}); checkpoint requests will be missed")
         return False
     return True
+
+
+def _ignore_at_exit() -> None:
+    """A checkpoint request that arrives while Python shuts down would meet the default action
+    (Python restores it for signals it handled) and kill a job that finished its work: ignore it."""
+    for signum in _installed:
+        try:
+            signal.signal(signum, signal.SIG_IGN)
+        except (ValueError, OSError):
+            pass
 
 
 def _install_lazily() -> None:

@@ -339,3 +339,28 @@ def test_ensure_directory_follows_the_admins_own_link(tmp_path) -> None:
 def test_a_report_is_read_as_bounded_claims(report, expected) -> None:
     claims = progress.Progress.of(report)
     assert (claims.step, claims.total, claims.epoch, claims.checkpoint_time) == expected
+
+
+def test_a_checkpoint_signal_during_interpreter_shutdown_does_not_kill_the_job(tmp_path) -> None:
+    """Python restores the default action of handled signals at shutdown; a USR1 then (the daemon's
+    checkpoint request racing the job's end) must not turn a finished job into a killed one."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "late.py"
+    # Registered before install(), so it runs after ours (atexit is LIFO): by then, before Python's own
+    # finalization restores the default action, the signal must be ignored; a USR1 now is harmless.
+    script.write_text(
+        "import atexit, os, signal\n"
+        "def last():\n"
+        "    ignored = signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN\n"
+        "    os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "    os._exit(0 if ignored else 3)\n"
+        "atexit.register(last)\n"
+        "from slurm_liquid import progress\n"
+        "progress.install()\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
