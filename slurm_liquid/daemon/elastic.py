@@ -158,7 +158,9 @@ class Adjuster:
         alive = {str(j.job_id) for j in jobs if not j.is_finished}
         for gone in self._measured - alive:
             self.speed.forget(gone)
-        self._measured = (self._measured & alive) | {str(k) for k in self._elastic}
+        # Every job the policy sees may be asked about (Optimus asks of each): all of them are forgotten
+        # when they end, so the speed room never grows with the cluster's history.
+        self._measured = (self._measured & alive) | {j.id for j in view.jobs}
         return view
 
     def reports(self) -> Iterable[Report]:

@@ -72,7 +72,7 @@ class Loop:
                 speed.observe(report.observation, report.step, report.total, model=report.model)
             else:
                 speed.record_progress(report.job, report.step, report.total)
-        speed.prepare(view.jobs)
+        speed.prepare([j for j in view.jobs if j.elastic])   # one batched fit of what may be resized
         return view
 
     def admit(self, view: ClusterView) -> tuple[ClusterView, dict[str, int]]:
