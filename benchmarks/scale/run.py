@@ -106,17 +106,18 @@ def stages() -> Iterator[Stages]:
     from slurm_liquid.slurm import cli_backend, parse
 
     timers = Stages()
-    timers.patch("decode", parse, "loads")
+    for name in ("loads", "_loads_entries"):
+        if hasattr(parse, name):
+            timers.patch("decode", parse, name)
     for name in ("jobs_from_document", "nodes_from_document"):
         timers.patch("parse", parse, name)
-    for owner in (admit, slurm_rules):
-        for name in ("job_view", "JobViews"):
-            if hasattr(owner, name):
-                timers.patch("filter", owner, name)
+    if hasattr(admit, "job_view"):     # the node filter before JobViews
+        timers.patch("filter", admit, "job_view")
     if hasattr(slurm_rules, "JobViews"):
-        for name in ("view", "take"):
-            if name in slurm_rules.JobViews.__dict__:
-                timers.patch("filter", slurm_rules.JobViews, name)
+        for name in ("__init__", "view", "update"):
+            timers.patch("filter", slurm_rules.JobViews, name)
+        for name in ("snapshot", "fits", "shard_node", "leaf_capacity"):
+            timers.patch("filter", slurm_rules.View, name)
     for name in ("place", "place_all", "place_on"):
         timers.patch("place", engine.IndexedPlacer, name)
     for name in ("place", "place_all"):
@@ -144,18 +145,23 @@ def stages() -> Iterator[Stages]:
 @dataclass
 class Measure:
     seconds: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)       # process time: less moved by other work on the machine
     stages: list[dict[str, float]] = field(default_factory=list)
     outcome: str = ""
 
     @property
     def median(self) -> float:
-        return statistics.median(self.seconds)
+        return statistics.median(self.seconds) if self.seconds else math.nan
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu) if self.cpu else math.nan
 
     def stage(self, name: str) -> float:
-        return statistics.median(s[name] for s in self.stages)
+        return statistics.median(s[name] for s in self.stages) if self.stages else math.nan
 
     def other(self) -> float:
-        return statistics.median(t - sum(s.values()) for t, s in zip(self.seconds, self.stages))
+        return statistics.median(t - sum(s.values()) for t, s in zip(self.seconds, self.stages)) if self.stages else math.nan
 
 
 @dataclass
@@ -185,7 +191,7 @@ def one_slot(scenario, topology, policy: str, journal_dir: str):
     return Adjuster(slurm, config(policy), topology, Journal(str(path)), now=lambda: NOW), runner
 
 
-def measure(nodes: int, jobs: int, reps: int, profile: Path | None = None, log=print) -> Row:
+def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | None = None, log=print) -> Row:
     scenario = generate(nodes, jobs)
     _ = scenario.squeue_text, scenario.nodes_text          # Slurm's answer is ready before the clock starts
     slurm, _runner = fake_client(scenario)
@@ -197,11 +203,14 @@ def measure(nodes: int, jobs: int, reps: int, profile: Path | None = None, log=p
                     ("slot", row.slot, lambda: one_slot(scenario, topology, "drf", tmp)),
                     ("static", row.static, lambda: one_slot(scenario, topology, "static", tmp)),
                     ("admit", row.admit, lambda: one_pass(scenario, topology))):
+                if what == "slot" and rep >= slot_reps:
+                    continue
                 runner_owner, runner = make()
                 timers.reset()
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
                 report = runner_owner.run_pass() if what == "admit" else runner_owner.run_slot()
                 measure_.seconds.append(time.perf_counter() - start)
+                measure_.cpu.append(time.process_time() - cpu)
                 measure_.stages.append(dict(timers.seconds))
                 if what == "admit":
                     measure_.outcome = (f"placed {len(report.placed)}, waiting {len(report.waiting)}, renewed "
@@ -212,8 +221,9 @@ def measure(nodes: int, jobs: int, reps: int, profile: Path | None = None, log=p
                                         f"{len(report.skipped)}, failed {len(report.failed)}, {len(runner.actions)} signals")
                 if what != "admit":
                     runner_owner.journal.close()
+            slot = f"{row.slot.seconds[-1]:.2f} s" if rep < slot_reps else "not run"
             log(f"  {nodes} nodes x {jobs} jobs, rep {rep + 1}: pass {row.admit.seconds[-1]:.2f} s, "
-                f"slot drf {row.slot.seconds[-1]:.2f} s, slot static {row.static.seconds[-1]:.3f} s")
+                f"slot drf {slot}, slot static {row.static.seconds[-1]:.3f} s")
         if profile is not None:
             for what, make, call in (("pass", lambda: one_pass(scenario, topology)[0], "run_pass"),
                                      ("slot", lambda: one_slot(scenario, topology, "drf", tmp)[0], "run_slot")):
@@ -253,12 +263,18 @@ def machine() -> str:
             f"load average {load} at the end (the machine is shared: wall times are upper bounds)")
 
 
+def fmt(value: float, digits: int = 2) -> str:
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
 def table(rows: list[Row]) -> str:
-    head = ["nodes", "jobs", "squeue MiB", "pass s", "slot drf s", "slot static s", "pass + slot s"]
+    head = ["nodes", "jobs", "squeue MiB", "pass s", "pass CPU s", "slot drf s", "slot drf CPU s", "slot static s",
+            "pass + slot s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        lines.append(f"| {r.nodes} | {r.jobs} | {r.squeue_mib:.0f} | {r.admit.median:.2f} | {r.slot.median:.2f} | "
-                     f"{r.static.median:.3f} | {r.admit.median + r.slot.median:.2f} |")
+        lines.append(f"| {r.nodes} | {r.jobs} | {r.squeue_mib:.0f} | {fmt(r.admit.median)} | {fmt(r.admit.cpu_median)} | "
+                     f"{fmt(r.slot.median)} | {fmt(r.slot.cpu_median)} | {fmt(r.static.median, 3)} | "
+                     f"{fmt(r.admit.median + r.slot.median)} |")
     return "\n".join(lines)
 
 
@@ -267,8 +283,10 @@ def stage_table(rows: list[Row], which: str) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         m = r.admit if which == "admit" else r.slot
-        cells = [f"{m.stage(s):.2f}" for s in STAGES]
-        lines.append(f"| {r.nodes} | {r.jobs} | {m.median:.2f} | " + " | ".join(cells) + f" | {m.other():.2f} |")
+        if not m.seconds:
+            continue
+        cells = [fmt(m.stage(s)) for s in STAGES]
+        lines.append(f"| {r.nodes} | {r.jobs} | {fmt(m.median)} | " + " | ".join(cells) + f" | {fmt(m.other())} |")
     return "\n".join(lines)
 
 
@@ -276,11 +294,12 @@ def growth(rows: list[Row]) -> str:
     out = []
     for label, pick in (("nodes and jobs grow together (256x1000 .. 4096x20000)", lambda r: (r.nodes, r.jobs) in PAIRED),
                         ("jobs alone grow on 4,096 nodes", lambda r: r.nodes == 4096)):
-        chosen = sorted((r for r in rows if pick(r)), key=lambda r: r.jobs)
-        if len(chosen) < 2:
-            continue
+        every = sorted((r for r in rows if pick(r)), key=lambda r: r.jobs)
         for name, get in (("pass", lambda r: r.admit.median), ("slot drf", lambda r: r.slot.median),
                           ("pass + slot", lambda r: r.admit.median + r.slot.median)):
+            chosen = [r for r in every if not math.isnan(get(r))]
+            if len(chosen) < 2:
+                continue
             s = slope([(r.jobs, get(r)) for r in chosen])
             ratios = ", ".join(f"x{get(b) / get(a):.2f} for x{b.jobs / a.jobs:.1f} jobs"
                                for a, b in zip(chosen, chosen[1:]) if get(a) > 0)
@@ -295,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="NODESxJOBS,... (default: 256x1000,1024x5000,2048x10000,4096x20000 and 4096 nodes with "
                              "1000, 5000, 10000 jobs)")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--slot-reps", type=int, default=1,
+                        help="repetitions of the drf slot (slow while daemon/elastic.py walks every node per resize)")
+    parser.add_argument("--slot-sizes", default="paired", choices=("paired", "all", "none"),
+                        help="the sizes whose drf slot is timed (paired: the 256x1000 .. 4096x20000 series)")
     parser.add_argument("--profile", action="store_true", help="cProfile the largest size (profile-*.txt here)")
     parser.add_argument("--out", type=Path, default=HERE / "results.md", help="where to write the report ('-': none)")
     args = parser.parse_args(argv)
@@ -304,8 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for nodes, jobs in sizes:
         print(f"{nodes} nodes, {jobs} jobs:", flush=True)
-        rows.append(measure(nodes, jobs, args.reps, HERE if args.profile and (nodes, jobs) == largest else None,
-                            log=lambda s: print(s, flush=True)))
+        slot = args.slot_sizes == "all" or (args.slot_sizes == "paired" and (nodes, jobs) in PAIRED)
+        rows.append(measure(nodes, jobs, args.reps, args.slot_reps if slot else 0,
+                            HERE if args.profile and (nodes, jobs) == largest else None, log=lambda s: print(s, flush=True)))
     rows.sort(key=lambda r: (r.nodes, r.jobs))
     text = table(rows)
     print(text)

@@ -29,6 +29,7 @@ import hostlist
 
 from slurm_liquid.config import Config
 from slurm_liquid.errors import LiquidError
+from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
@@ -103,6 +104,10 @@ class Admitter:
     # ------------------------------------------------------------ one pass
 
     def run_pass(self) -> PassReport:
+        with gc_paused():   # 20,000 jobs are many objects and no cycles (slurm_liquid/gcpause.py)
+            return self._run_pass()
+
+    def _run_pass(self) -> PassReport:
         report = PassReport()
         jobs = self.client.jobs()
         nodes = {n.name: n for n in self.client.nodes()}
@@ -344,8 +349,10 @@ class Admitter:
         by_name = {n.name: n for n in nodes}
         promised: dict[str, int] = dict(self.promised())
         for job in jobs:
+            if not job.is_pending:
+                continue
             tag = Tag.parse(job.admin_comment)
-            if not (job.is_pending and tag and tag.state == TagState.PLACED):
+            if not (tag and tag.state == TagState.PLACED):
                 continue
             at = tag.placed_at(self.now())
             if at is None or self.now() - at > self.config.daemon.lease_s:

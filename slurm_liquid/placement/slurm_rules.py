@@ -111,6 +111,9 @@ class JobViews:
         self.state = state
         self._set(state.nodes)
         self._rules: dict[tuple[str, str | None, str], _Rule] = {}
+        # capped free GPUs per (rule, CPUs per GPU, memory per GPU), until the state changes: most
+        # jobs of a pass ask alike
+        self._caps: dict[tuple[int, float, float], np.ndarray] = {}
         self._shards: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------ the state
@@ -125,6 +128,7 @@ class JobViews:
     def update(self, state: ClusterState, changed: Iterable[str]) -> None:
         """The pass's state is now `state`, which differs from the last one only at `changed` nodes."""
         self.state = state
+        self._caps.clear()
         self._set({name: state.nodes[name] for name in changed})
 
     # ------------------------------------------------------------ one job
@@ -136,6 +140,10 @@ class JobViews:
         if rule.unreadable or not rule.slots.size:
             return View(self, rule, rule.slots, rule.reason, rule.unreadable)
         slots = rule.slots
+        cpus_per_gpu, mem_per_gpu = per_gpu(job)
+        key = (id(rule), cpus_per_gpu, mem_per_gpu)
+        if not returned and key in self._caps:
+            return View(self, rule, slots, None, False, self._caps[key])
         free = self.gpus_free[slots]
         if returned:
             free = free.copy()
@@ -145,13 +153,15 @@ class JobViews:
                 if k is not None:
                     total = self.state.nodes[name].gpus
                     free[k] = min(total, free[k] + gpus)
-        cpus_per_gpu, mem_per_gpu = per_gpu(job)
         cap = free.astype(np.float64)
         if cpus_per_gpu:
             cap = np.minimum(cap, np.floor(self.cpus_free[slots] / cpus_per_gpu + 1e-9))
         if mem_per_gpu:
             cap = np.minimum(cap, np.floor(self.mem_free[slots] / mem_per_gpu + 1e-9))
-        return View(self, rule, slots, None, False, np.maximum(cap, 0).astype(np.int64), free, returned)
+        cap = np.maximum(cap, 0).astype(np.int64)
+        if not returned:
+            self._caps[key] = cap
+        return View(self, rule, slots, None, False, cap)
 
     def _rule(self, partition: str, gpu_type: str | None, constraint: str) -> _Rule:
         key = (partition, gpu_type, constraint)
@@ -231,12 +241,11 @@ class View:
     """One job's view of the pass's cluster (see JobViews.view)."""
 
     def __init__(self, views: JobViews, rule: _Rule, slots: np.ndarray, reason: str | None, unreadable: bool,
-                 cap: np.ndarray | None = None, free: np.ndarray | None = None,
-                 returned: Mapping[str, int] | None = None):
+                 cap: np.ndarray | None = None):
         self._views, self._rule, self.slots = views, rule, slots
         self.reason, self.unreadable = reason, unreadable
-        self.cap = cap if cap is not None else np.zeros(0, dtype=np.int64)    # per usable node, in slots' order
-        self._free, self._returned = free, returned
+        # free GPUs per usable node, in slots' order (shared between views of one state: read only)
+        self.cap = cap if cap is not None else np.zeros(0, dtype=np.int64)
 
     @property
     def usable(self) -> bool:

@@ -25,19 +25,18 @@ Whatever a reply holds, reading it ends in one of three ways, never in another e
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import re
-from contextlib import contextmanager
 from dataclasses import replace
 from functools import lru_cache
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Iterator, Mapping, MutableSequence, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, MutableSequence, Optional, TypeVar
 
 import hostlist
 
 from slurm_liquid import hostnames
+from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.files import parse_json
 from slurm_liquid.slurm.errors import SlurmError
 from slurm_liquid.slurm.models import FINISHED_STATES, Job, Node, Partition, SlurmVersion
@@ -76,6 +75,8 @@ def num(value: Any) -> int | float | None:
         if not value.get("set", True) or value.get("infinite", False):
             return None
         value = value.get("number")
+        if type(value) is int:
+            return value
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -176,6 +177,12 @@ def expand_nodes(expr: Any) -> tuple[str, ...]:
     expr = text(expr, "node list").strip()
     if not expr or expr in {"(null)", "None", "N/A", "None assigned"}:
         return ()
+    return _expanded(expr)
+
+
+@lru_cache(maxsize=16384)
+def _expanded(expr: str) -> tuple[str, ...]:
+    """expand_nodes of one host list; a running job's list comes back in every pass, read once."""
     try:
         return tuple(expand_hostlist(expr))
     except hostlist.BadHostlist as exc:
@@ -673,20 +680,6 @@ NODE_FIELDS = (
     "real_memory", "alloc_memory", "gres", "gres_used", "reason", "version")
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Reading an answer builds hundreds of thousands of small objects, none in a cycle; the cyclic
-    collector would walk all of them again at every threshold (about half the time of reading
-    20,000 jobs). It runs again, as before, once the answer is read."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 @lru_cache(maxsize=None)
 def _entry_decoder(key: str, fields: tuple[str, ...]) -> Any:
     """A msgspec decoder of `{key: [entry, ...], errors, meta}` that keeps `fields` of each entry, or
@@ -723,14 +716,14 @@ def jobs_from_output(out: str, command: str = "squeue", skipped: MutableSequence
                      where: str | None = None) -> list[Job]:
     """`jobs_from_document(loads(out))` of a `squeue --json` answer, reading only what the jobs are
     made of; `where` names the command in errors (default `command`)."""
-    with _gc_paused():
+    with gc_paused():
         return jobs_from_document(_loads_entries(out, where or command, "jobs", SQUEUE_FIELDS), command, skipped)
 
 
 def nodes_from_output(out: str, command: str, skipped: MutableSequence[str] | None = None,
                       where: str | None = None) -> list[Node]:
     """`nodes_from_document(loads(out))` of a `scontrol show nodes --json` or `sinfo --json` answer."""
-    with _gc_paused():
+    with gc_paused():
         return nodes_from_document(_loads_entries(out, where or command, "nodes", NODE_FIELDS), command, skipped)
 
 
