@@ -3,7 +3,8 @@
 For each size: generate the answers of such a cluster (generate.py, in Slurm 24.11's shape), put the
 daemon's real CLI backend in front of them (fakeslurm.py: Slurm answers instantly, writes are
 recorded), and time, several times over, one placement pass (`Admitter.run_pass`, enforce mode, the
-default placer `auto`) and one elastic slot (`Adjuster.run_slot`, policies drf and static). Where the
+default placer `auto`) and one elastic slot (`Adjuster.run_slot`, policies drf and static; and drf
+again with the slot's node bookkeeping in arrays, slot_arrays.py, checked to start the same resizes). Where the
 time goes is measured with timers around the stages (JSON decode, parsing to models, the node filter,
 placing, the ledger's codecs, the policy, the journal, writing to Slurm), the rest being the pass's
 own bookkeeping; `--profile` adds cProfile's top functions of the largest size.
@@ -38,6 +39,7 @@ for path in (str(ROOT), str(HERE)):
 
 from fakeslurm import client as fake_client  # noqa: E402
 from generate import NOW, generate  # noqa: E402
+from slot_arrays import ArrayAdjuster  # noqa: E402
 
 from slurm_liquid.config import parse as parse_config  # noqa: E402
 
@@ -123,6 +125,7 @@ def stages() -> Iterator[Stages]:
     for name in ("place", "place_all"):
         timers.patch("place", ga.GroupingGA, name)
     timers.patch("place", elastic.Adjuster, "_place")
+    timers.patch("place", ArrayAdjuster, "_place")
     for name in ("parse", "render", "to"):
         timers.patch("ledger", tag.Tag, name)
     timers.patch("ledger", record.Record, "parse")
@@ -172,6 +175,8 @@ class Row:
     admit: Measure
     slot: Measure
     static: Measure
+    arrays: Measure = field(default_factory=Measure)     # the slot without walks over every node (slot_arrays.py)
+    same: bool | None = None                             # did both slots start the same resizes?
 
 
 def one_pass(scenario, topology):
@@ -182,13 +187,13 @@ def one_pass(scenario, topology):
     return admitter, runner
 
 
-def one_slot(scenario, topology, policy: str, journal_dir: str):
+def one_slot(scenario, topology, policy: str, journal_dir: str, kind=None):
     from slurm_liquid.daemon.elastic import Adjuster
     from slurm_liquid.daemon.journal import Journal
 
     slurm, runner = fake_client(scenario)
     path = Path(journal_dir) / f"journal-{time.monotonic_ns()}.sqlite"
-    return Adjuster(slurm, config(policy), topology, Journal(str(path)), now=lambda: NOW), runner
+    return (kind or Adjuster)(slurm, config(policy), topology, Journal(str(path)), now=lambda: NOW), runner
 
 
 def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | None = None, log=print) -> Row:
@@ -198,9 +203,11 @@ def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | No
     topology = slurm.topology()                           # read once at daemon start, as cli.py does
     row = Row(nodes, jobs, len(scenario.squeue_text) / 2 ** 20, Measure(), Measure(), Measure())
     with tempfile.TemporaryDirectory() as tmp, stages() as timers:
+        started: dict[str, dict] = {}
         for rep in range(reps):
             for what, measure_, make in (
                     ("slot", row.slot, lambda: one_slot(scenario, topology, "drf", tmp)),
+                    ("arrays", row.arrays, lambda: one_slot(scenario, topology, "drf", tmp, ArrayAdjuster)),
                     ("static", row.static, lambda: one_slot(scenario, topology, "static", tmp)),
                     ("admit", row.admit, lambda: one_pass(scenario, topology))):
                 if what == "slot" and rep >= slot_reps:
@@ -219,11 +226,16 @@ def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | No
                 elif what == "slot":
                     measure_.outcome = (f"decided {len(report.decided)}, started {len(report.started)}, skipped "
                                         f"{len(report.skipped)}, failed {len(report.failed)}, {len(runner.actions)} signals")
+                if what in ("slot", "arrays"):
+                    started[what] = {"started": report.started, "skipped": report.skipped, "decided": report.decided,
+                                     "signals": runner.actions}
                 if what != "admit":
                     runner_owner.journal.close()
             slot = f"{row.slot.seconds[-1]:.2f} s" if rep < slot_reps else "not run"
             log(f"  {nodes} nodes x {jobs} jobs, rep {rep + 1}: pass {row.admit.seconds[-1]:.2f} s, "
-                f"slot drf {slot}, slot static {row.static.seconds[-1]:.3f} s")
+                f"slot drf {slot}, arrays {row.arrays.seconds[-1]:.2f} s, slot static {row.static.seconds[-1]:.3f} s")
+        if "slot" in started:
+            row.same = started["slot"] == started["arrays"]
         if profile is not None:
             for what, make, call in (("pass", lambda: one_pass(scenario, topology)[0], "run_pass"),
                                      ("slot", lambda: one_slot(scenario, topology, "drf", tmp)[0], "run_slot")):
@@ -269,12 +281,13 @@ def fmt(value: float, digits: int = 2) -> str:
 
 def table(rows: list[Row]) -> str:
     head = ["nodes", "jobs", "squeue MiB", "pass s", "pass CPU s", "slot drf s", "slot drf CPU s", "slot static s",
-            "pass + slot s"]
+            "pass + slot s", "slot drf, arrays s", "same resizes", "pass + slot with arrays s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append(f"| {r.nodes} | {r.jobs} | {r.squeue_mib:.0f} | {fmt(r.admit.median)} | {fmt(r.admit.cpu_median)} | "
                      f"{fmt(r.slot.median)} | {fmt(r.slot.cpu_median)} | {fmt(r.static.median, 3)} | "
-                     f"{fmt(r.admit.median + r.slot.median)} |")
+                     f"{fmt(r.admit.median + r.slot.median)} | {fmt(r.arrays.median)} | "
+                     f"{'-' if r.same is None else ('yes' if r.same else 'NO')} | {fmt(r.admit.median + r.arrays.median)} |")
     return "\n".join(lines)
 
 
@@ -282,7 +295,7 @@ def stage_table(rows: list[Row], which: str) -> str:
     head = ["nodes", "jobs", "total s", *(STAGE_NAMES[s] for s in STAGES), "rest of the pass"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        m = r.admit if which == "admit" else r.slot
+        m = {"admit": r.admit, "slot": r.slot, "arrays": r.arrays}[which]
         if not m.seconds:
             continue
         cells = [fmt(m.stage(s)) for s in STAGES]
@@ -296,7 +309,9 @@ def growth(rows: list[Row]) -> str:
                         ("jobs alone grow on 4,096 nodes", lambda r: r.nodes == 4096)):
         every = sorted((r for r in rows if pick(r)), key=lambda r: r.jobs)
         for name, get in (("pass", lambda r: r.admit.median), ("slot drf", lambda r: r.slot.median),
-                          ("pass + slot", lambda r: r.admit.median + r.slot.median)):
+                          ("pass + slot", lambda r: r.admit.median + r.slot.median),
+                          ("slot drf, arrays", lambda r: r.arrays.median),
+                          ("pass + slot with arrays", lambda r: r.admit.median + r.arrays.median)):
             chosen = [r for r in every if not math.isnan(get(r))]
             if len(chosen) < 2:
                 continue
@@ -335,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(stage_table(rows, "admit"))
     print(stage_table(rows, "slot"))
+    print(stage_table(rows, "arrays"))
     print(growth(rows))
     for r in rows:
         print(f"{r.nodes}x{r.jobs}: pass {r.admit.outcome}; slot {r.slot.outcome}")
@@ -364,6 +380,10 @@ Machine: {machine()}.
 ## Where the elastic slot's time goes (seconds, median; policy drf)
 
 {stage_table(rows, "slot")}
+
+## The same slot with its node bookkeeping in arrays (slot_arrays.py; same resizes)
+
+{stage_table(rows, "arrays")}
 
 ## Growth
 
