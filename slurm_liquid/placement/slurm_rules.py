@@ -103,7 +103,6 @@ class JobViews:
                 self.slot[name] = len(known)
                 known.append(name)
         self.names = known
-        self.order = np.array([self.slot[name] for name in state.nodes], dtype=np.int64)   # the state's order
         size = len(known)
         self.gpus_free = np.zeros(size, dtype=np.int64)
         self.cpus_free = np.full(size, np.inf)

@@ -115,6 +115,8 @@ def timestamp(value: Any, beyond: datetime | None = None) -> datetime | None:
 
 def states(value: Any, base: frozenset[str]) -> tuple[str, tuple[str, ...]]:
     """(base state, other flags) from `"IDLE+DRAIN"`, `"PENDING"` or `["MIXED", "DRAIN"]`."""
+    if type(value) is list and len(value) == 1 and type(value[0]) is str and value[0] in base:   # ["RUNNING"]
+        return value[0], ()
     if isinstance(value, str):
         items: list[Any] = re.split(r"[+,]", value)
     elif isinstance(value, (list, tuple)):
