@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     print(stage_table(rows, "arrays"))
     print(growth(rows))
     for r in rows:
-        print(f"{r.nodes}x{r.jobs}: pass {r.admit.outcome}; slot {r.slot.outcome}")
+        print(f"{r.nodes}x{r.jobs}: pass {r.admit.outcome}" + (f"; slot {r.slot.outcome}" if r.slot.outcome else ""))
     if str(args.out) != "-":
         command = "python benchmarks/scale/run.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
         args.out.write_text(report(command, rows, args.reps))
@@ -362,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def report(command: str, rows: list[Row], reps: int) -> str:
-    outcomes = "\n".join(f"- {r.nodes} x {r.jobs}: pass {r.admit.outcome}; slot drf {r.slot.outcome}" for r in rows)
+    outcomes = "\n".join(f"- {r.nodes} x {r.jobs}: pass {r.admit.outcome}" + (f"; slot drf {r.slot.outcome}" if r.slot.outcome else "")
+                         for r in rows)
     return f"""# The daemon at cluster scale
 
 `nice -n 10 {command}` (median of {reps} repetitions per size; Slurm's own time to answer left out).
