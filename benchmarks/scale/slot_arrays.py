@@ -12,8 +12,6 @@ decides the shape (placement/slurm_rules.JobViews gives the same arrays with Slu
 
 from __future__ import annotations
 
-from typing import Mapping
-
 import numpy as np
 
 from slurm_liquid.daemon.elastic import Adjuster, ElasticJob, SlotReport
@@ -47,25 +45,18 @@ class ArrayAdjuster(Adjuster):
         self._types = types
         self._per_node_max = max((n.gpus for n in nodes), default=0)
 
-    def _decide(self, item: ElasticJob, wanted: Mapping[int, int], nodes: list[Node],
-                report: SlotReport) -> list[Node]:
+    def _change(self, item: ElasticJob, held: int, target: int, nodes: list[Node],
+                report: SlotReport) -> dict[str, int] | None:
         self._arrays(nodes)
-        job_id = item.job.job_id
-        held = sum(current_allocation(item.job).values())
-        target = min(max(int(wanted.get(job_id, held)), item.low), item.high)
-        report.decided[job_id] = target
-        if target == held:
-            return nodes
-        new = self._change(item, held, target, nodes, report)
-        if new is None:
-            return nodes
-        position = self._tree.position
-        for name, gpus in current_allocation(item.job).items():
-            i = position[name]
-            self._alloc[i] = max(self._alloc[i] - gpus, 0)
-        for name, gpus in new.items():
-            self._alloc[position[name]] += gpus
-        return nodes
+        new = super()._change(item, held, target, nodes, report)
+        if new is not None:      # the next job of this slot must see where this one goes
+            position = self._tree.position
+            for name, gpus in current_allocation(item.job).items():
+                i = position[name]
+                self._alloc[i] = max(self._alloc[i] - gpus, 0)
+            for name, gpus in new.items():
+                self._alloc[position[name]] += gpus
+        return None   # the arrays hold it: `_decide` keeps its node list instead of copying every node
 
     def _place(self, job: Job, gpus: int, nodes: list[Node]) -> dict[str, int] | None:
         self._arrays(nodes)

@@ -462,3 +462,10 @@ def test_the_collector_runs_again_after_a_read() -> None:
     with pytest.raises(SlurmError):
         parse.jobs_from_output("[]", "squeue")
     assert gc.isenabled()
+
+
+def test_without_msgspec_the_standard_library_reads_everything(recorded: Recorded, monkeypatch) -> None:
+    text = (recorded.dir / "squeue.json").read_text()
+    fast = parse.jobs_from_output(text, "squeue")
+    monkeypatch.setattr(parse, "_entry_decoder", lambda key, fields: None)
+    assert parse.jobs_from_output(text, "squeue") == fast == parse.jobs_from_document(json.loads(text), "squeue")
