@@ -51,6 +51,7 @@ class DaemonConfig:
     batch_window_s: float = 0.5        # submissions arriving this close together form one batch
     placer: str = "auto"               # liquid (best fit per job), ga (grouping GA), auto
     batch_min: int = 3                 # auto: the GA for batches of at least this many jobs
+    batch_max: int = 64                # the GA plans the first this many held jobs; the rest go one by one
     spread_after_s: float = 120.0      # a job that fits under one leaf switch waits this long for it
     slurm_timeout_s: float = 10.0      # no Slurm command the daemon runs may take longer
     stall_after_s: float = 120.0       # the heartbeat stops when the loop has not come round for this long

@@ -29,12 +29,14 @@ import hostlist
 
 from slurm_liquid.config import Config
 from slurm_liquid.errors import LiquidError
+from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
-from slurm_liquid.placement.slurm_rules import job_view, per_gpu
+from slurm_liquid.placement.index import TreeIndex
+from slurm_liquid.placement.slurm_rules import JobViews, per_gpu
 from slurm_liquid.slurm import Job, Node, SlurmClient, SlurmError
 from slurm_liquid.staging.predict import StagingHints
 from slurm_liquid.topology import Topology
@@ -102,11 +104,17 @@ class Admitter:
     # ------------------------------------------------------------ one pass
 
     def run_pass(self) -> PassReport:
+        with gc_paused():   # 20,000 jobs are many objects and no cycles (slurm_liquid/gcpause.py)
+            return self._run_pass()
+
+    def _run_pass(self) -> PassReport:
         report = PassReport()
         jobs = self.client.jobs()
         nodes = {n.name: n for n in self.client.nodes()}
         self._total_gpus = sum(n.gpus for n in nodes.values())
         state = self._free_state(nodes.values(), jobs)
+        # each job's view of the nodes (Slurm's rules as a filter), kept current as the pass takes GPUs
+        views = JobViews(nodes, state, TreeIndex.of(self.topology))
         tagged = [(j, t) for j in jobs for t in [Tag.parse(j.admin_comment)] if t is not None]
         self._stranded = {j.job_id for j, t in tagged if t.state == TagState.PLACED and j.is_pending
                           and not j.held and _stranded(j, nodes)}
@@ -119,10 +127,10 @@ class Admitter:
             if job.is_pending and (tag.state == TagState.HELD or job.job_id in self._stranded):
                 held.append(job)
             else:
-                self._guard(job, report, self._follow_up, job, tag, state, nodes, report)
+                self._guard(job, report, self._follow_up, job, tag, views, report)
         held.sort(key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         if self.config.daemon.mode == "enforce":
-            self._place_held(held, state, nodes, report)
+            self._place_held(held, views, nodes, report)
         try:   # staging: hints for the jobs left waiting (a failure costs the hints, never the pass)
             self.staging.after_pass(jobs, state, report)
         except Exception as exc:  # noqa: BLE001
@@ -140,8 +148,7 @@ class Admitter:
             log.warning("job %s: skipped after an error (%s)", job.job_id, reason, exc_info=not isinstance(exc, LiquidError))
             return None
 
-    def _follow_up(self, job: Job, tag: Tag, state: ClusterState, nodes: Mapping[str, Node],
-                   report: PassReport) -> None:
+    def _follow_up(self, job: Job, tag: Tag, views: JobViews, report: PassReport) -> None:
         """Jobs the daemon handed on: lapsed holds, shadow records, placements Slurm did not start."""
         if job.is_finished:
             return
@@ -151,7 +158,7 @@ class Admitter:
                         self._record(job).with_fields(note="lease-ran-out:-started-by-Slurm-as-asked"), report)
             report.annotated.append(job.job_id)
         elif tag.state == TagState.SHADOW:
-            self._shadow(job, tag, state, nodes, report)
+            self._shadow(job, tag, views, report)
         elif tag.state == TagState.PLACED and job.is_pending and not job.held and self.config.daemon.mode == "enforce":
             self._unpin_if_stale(job, tag, report)
 
@@ -171,8 +178,7 @@ class Admitter:
                     self._record(job).with_fields(note=note), report, ReqNodeList="")
         report.annotated.append(job.job_id)
 
-    def _place_held(self, held: list[Job], state: ClusterState, nodes: Mapping[str, Node],
-                    report: PassReport) -> None:
+    def _place_held(self, held: list[Job], views: JobViews, nodes: Mapping[str, Node], report: PassReport) -> None:
         cfg = self.config.daemon
         requests: list[tuple[Job, PlacementRequest]] = []
         for job in held:
@@ -182,7 +188,7 @@ class Admitter:
                 self._guard(job, report, self._start, job, None, f"not-placed-within-{int(cfg.max_hold_s)}s:-given-to-Slurm", report)
                 report.released.append(job.job_id)
             elif job.shards:
-                state = self._guard(job, report, self._place_shards, job, nodes, state, age, report) or state
+                self._guard(job, report, self._place_shards, job, nodes, views, age, report)
             elif job.gpus <= 0:
                 self._guard(job, report, self._start, job, None, "no-GPUs-asked", report)
             else:
@@ -190,86 +196,70 @@ class Admitter:
                 if request is not None:
                     requests.append((job, request))
         if requests:
-            self._place_gpu_jobs(requests, state, nodes, report)
+            self._place_gpu_jobs(requests, views, report)
 
     def _request(self, job: Job) -> PlacementRequest:
         per_node = job.gpus_per_node if job.gpus_per_node and job.gpus % job.gpus_per_node == 0 else None
         return PlacementRequest(str(job.job_id), job.gpus, per_node, job.gpu_type,
                                 prefer=self.staging.prefer(job))   # staging: data holders break ties
 
-    def _place_shards(self, job: Job, nodes: Mapping[str, Node], state: ClusterState, age: float,
-                      report: PassReport) -> ClusterState:
-        view = job_view(job, nodes, state)
-        where = self._shard_node(job, nodes, view.state) if not view.unreadable else None
+    def _place_shards(self, job: Job, nodes: Mapping[str, Node], views: JobViews, age: float,
+                      report: PassReport) -> None:
+        view = views.view(job)
+        where = view.shard_node(job.shards) if not view.unreadable else None
         if where:
             self._start(job, {where: 0}, None, report, shards=job.shards)
-            return self._take_shards(state, nodes, where, job.shards)
-        if view.unreadable:
+            views.update(self._take_shards(views.state, nodes, where, job.shards), [where])
+        elif view.unreadable:
             self._start(job, None, view.reason, report)
             report.released.append(job.job_id)
         else:
             self._wait(job, age, report)
-        return state
 
-    def _place_gpu_jobs(self, requests: list[tuple[Job, PlacementRequest]], state: ClusterState,
-                        nodes: Mapping[str, Node], report: PassReport) -> None:
-        """A batch placer (the GA) proposes for the whole batch on the common state; each proposal is
-        then checked against what Slurm would accept for that job, in submission order, and any that
-        fails is placed again alone on the nodes that job may use."""
+    def _place_gpu_jobs(self, requests: list[tuple[Job, PlacementRequest]], views: JobViews,
+                        report: PassReport) -> None:
+        """A batch placer (the GA) proposes for the batch (the first `batch_max` jobs, in submission
+        order) on the common state; each proposal is then checked against what Slurm would accept
+        for that job, in submission order, and any that fails, as every job beyond the batch, is
+        placed alone on the nodes that job may use."""
         cfg = self.config.daemon
         batch = cfg.placer == "ga" or (cfg.placer == "auto" and len(requests) >= cfg.batch_min)
         proposals: dict[str, Placement] = {}
         if batch:
             try:
-                proposals = {p.job: p for p in make_placer("ga", self.topology).place_all([r for _, r in requests], state)}
+                proposals = {p.job: p for p in make_placer("ga", self.topology).place_all(
+                    [r for _, r in requests[:cfg.batch_max]], views.state)}
             except Exception as exc:  # noqa: BLE001 -- then every job is placed alone below
                 report.errors.append(f"batch placement failed, placing one by one: {type(exc).__name__}: {exc}")
         single = make_placer("liquid", self.topology)
         for job, request in requests:
-            placed = self._guard(job, report, self._place_one, job, request, proposals.get(request.job),
-                                 single, state, nodes, report)
-            if placed is not None:
-                state = placed
+            self._guard(job, report, self._place_one, job, request, proposals.get(request.job), single, views, report)
 
     def _place_one(self, job: Job, request: PlacementRequest, proposal: Placement | None, placer,
-                   state: ClusterState, nodes: Mapping[str, Node], report: PassReport) -> ClusterState:
+                   views: JobViews, report: PassReport) -> None:
         age = self._age(job)
-        view = job_view(job, nodes, state)
+        view = views.view(job)
         if view.unreadable:
             self._start(job, None, view.reason, report)
             report.released.append(job.job_id)
-            return state
-        if proposal is None or not proposal.placed or not _fits(proposal, view.state):
-            proposal = placer.place(request, view.state) if view.state.nodes else Placement(request.job, None, view.reason)
+            return
+        if proposal is None or not proposal.placed or not view.fits(proposal.nodes):
+            proposal = placer.place_on(view.snapshot(), request) if view.usable else Placement(request.job, None, view.reason)
         if proposal.placed and age < self.config.daemon.spread_after_s and self._spans_leaves(proposal) \
-                and self._fits_one_leaf(request, view.state):
+                and (view.leaf_capacity(request.gpu_type, request.gpus_per_node) >= request.gpus).any():
             # It fits under one leaf switch once that leaf's jobs end: wait for it rather than cross switches.
             proposal = Placement(request.job, None, "waiting for room under one leaf switch")
         if not proposal.placed:
             self._wait(job, age, report)
-            return state
+            return
         self._start(job, dict(proposal.nodes), None, report)
-        return _taken(state, job, proposal.nodes)
+        views.update(_taken(views.state, job, proposal.nodes), proposal.nodes)
 
     def _age(self, job: Job) -> float:
         return self.now() - job.submit_time.timestamp() if job.submit_time else 0.0
 
     def _spans_leaves(self, placement: Placement) -> bool:
         return len({self.topology.leaf_of(n) for n in placement.nodes or {}}) > 1
-
-    def _fits_one_leaf(self, request: PlacementRequest, state: ClusterState) -> bool:
-        """Could the job run under one leaf switch once that leaf's jobs end (its total GPUs)?"""
-        for switch in self.topology.switches:
-            under = [state.nodes[n] for n in self.topology.nodes_under(switch)
-                     if n in state.nodes and self.topology.leaf_of(n) == switch]
-            if request.gpu_type:
-                under = [n for n in under if n.gpu_type == request.gpu_type]
-            if request.gpus_per_node:
-                if sum(n.gpus >= request.gpus_per_node for n in under) * request.gpus_per_node >= request.gpus:
-                    return True
-            elif sum(n.gpus for n in under) >= request.gpus:
-                return True
-        return False
 
     # ------------------------------------------------------------ actions
 
@@ -329,17 +319,17 @@ class Admitter:
             report.errors.append(f"job {job.job_id}: {exc}")
             log.warning("job %s: update failed: %s", job.job_id, exc)
 
-    def _shadow(self, job: Job, tag: Tag, state: ClusterState, nodes: Mapping[str, Node], report: PassReport) -> None:
+    def _shadow(self, job: Job, tag: Tag, views: JobViews, report: PassReport) -> None:
+        returned = None
         if job.is_running and job.nodes and job.gpus:  # judge it as if its own GPUs were still free
             per_node = max(job.gpus // len(job.nodes), 1)
-            state = ClusterState({name: replace(n, gpus_free=min(n.gpus, n.gpus_free + per_node))
-                                  if name in job.nodes else n for name, n in state.nodes.items()})
-        view = job_view(job, nodes, state)
+            returned = dict.fromkeys(job.nodes, per_node)
+        view = views.view(job, returned)
         if job.shards:
-            where = self._shard_node(job, nodes, view.state)
+            where = view.shard_node(job.shards)
             would = Placed({where: 0}, job.shards).render() if where else "wait"
-        elif job.gpus and view.state.nodes:
-            placement = make_placer("liquid", self.topology).place(self._request(job), view.state)
+        elif job.gpus and view.usable:
+            placement = make_placer("liquid", self.topology).place_on(view.snapshot(), self._request(job))
             would = format_placed(placement.nodes) if placement.placed else "wait"
         else:
             would = "any" if not job.gpus else "wait"
@@ -362,8 +352,10 @@ class Admitter:
         by_name = {n.name: n for n in nodes}
         promised: dict[str, int] = dict(self.promised())
         for job in jobs:
+            if not job.is_pending:
+                continue
             tag = Tag.parse(job.admin_comment)
-            if not (job.is_pending and tag and tag.state == TagState.PLACED):
+            if not (tag and tag.state == TagState.PLACED):
                 continue
             at = tag.placed_at(self.now())
             if at is None or self.now() - at > self.config.daemon.lease_s:
@@ -382,21 +374,6 @@ class Admitter:
             return state
         return ClusterState({name: replace(n, gpus_free=max(n.gpus_free - promised.get(name, 0), 0))
                              for name, n in state.nodes.items()})
-
-    def _shard_node(self, job: Job, nodes: Mapping[str, Node], state: ClusterState) -> str | None:
-        """Pack shard jobs: a node that already shares a GPU first, then the one with fewest free GPUs."""
-        best = None
-        for name, node in nodes.items():
-            free = state.nodes.get(name)
-            if not node.available or node.shards - node.shards_alloc < job.shards or free is None:
-                continue
-            shares = node.shards_alloc > 0
-            if not shares and free.gpus_free == 0:
-                continue
-            key = (not shares, free.gpus_free, name)
-            if best is None or key < best[0]:
-                best = (key, name)
-        return best[1] if best else None
 
     def _take_shards(self, state: ClusterState, nodes: Mapping[str, Node], name: str, shards: int) -> ClusterState:
         node = nodes[name]
@@ -433,11 +410,6 @@ class Admitter:
             self._records.clear()
         self._records[job.job_id] = record
         return record
-
-
-def _fits(placement: Placement, state: ClusterState) -> bool:
-    """Does a proposal use only nodes of `state`, within their free GPUs?"""
-    return all(name in state.nodes and gpus <= state.nodes[name].gpus_free for name, gpus in (placement.nodes or {}).items())
 
 
 def _taken(state: ClusterState, job: Job, nodes: Mapping[str, int]) -> ClusterState:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Mapping
 
 from slurm_liquid.ledger.limits import COMMENT_LIMIT, VERSION, clean
@@ -88,8 +89,16 @@ class Record:
     def job_spec(self):
         """The spec as a JobSpec (raises LiquidError when it does not parse, or was cut)."""
         from slurm_liquid.errors import UsageError
-        from slurm_liquid.jobspec import parse_directives
 
         if self.spec.endswith("..."):
             raise UsageError("the record's spec was cut to fit the Comment")
-        return parse_directives(self.spec)
+        return _spec_of(self.spec)
+
+
+@lru_cache(maxsize=1024)
+def _spec_of(text: str):
+    """A JobSpec (frozen) per distinct spec text: a pass places hundreds of jobs that say the same
+    few things, and reading one is a shell-style tokenizer run (an error is raised again each time)."""
+    from slurm_liquid.jobspec import parse_directives
+
+    return parse_directives(text)

@@ -166,6 +166,8 @@ class Tag:
     @classmethod
     def parse(cls, text: str) -> "Tag | None":
         """The tag in an AdminComment (other segments, an admin's note or the usage, are not it)."""
+        if not text or VERSION not in text:    # most jobs' AdminComment: no segment of ours
+            return None
         for values in segments(text, VERSION):
             try:
                 state = TagState(values.get("state", ""))

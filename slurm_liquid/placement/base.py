@@ -76,12 +76,13 @@ class ClusterState:
 
         A node that is down, drained or failing offers no free GPUs.
         """
-        return cls({
-            n.name: NodeState(name=n.name, gpus=n.gpus, gpus_free=n.gpus_free, gpu_type=n.gpu_type,
-                              cpus=n.cpus, cpus_free=max(n.cpus - n.cpus_alloc, 0) if n.available else 0,
-                              mem_mib=n.mem_mib,
-                              mem_free_mib=max(n.mem_mib - n.mem_alloc_mib, 0) if n.available else 0)
-            for n in nodes})
+        out = {}
+        for n in nodes:
+            up = n.available   # a property: read once per node (the daemon's slot builds this per resize)
+            out[n.name] = NodeState(n.name, n.gpus, n.gpus_free, n.gpu_type,
+                                    n.cpus, max(n.cpus - n.cpus_alloc, 0) if up else 0,
+                                    n.mem_mib, max(n.mem_mib - n.mem_alloc_mib, 0) if up else 0)
+        return cls(out)
 
     def take(self, placement: Placement) -> "ClusterState":
         """The state after `placement` took its GPUs; raises if it would over-commit a node."""

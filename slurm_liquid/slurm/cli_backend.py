@@ -81,13 +81,13 @@ class CliBackend:
                 return []
             argv.append("--jobs=" + ",".join(map(str, ids)))
         try:
-            doc = self._json(*argv)
+            out = self._run(*argv)
         except SlurmCommandError as exc:
             # squeue exits 1 with "Invalid job id specified" when every asked-for job is gone.
             if ids is not None and "Invalid job id" in exc.stderr:
                 return []
             raise
-        jobs = parse.jobs_from_document(doc, "squeue", self.skipped)
+        jobs = parse.jobs_from_output(out, "squeue", self.skipped, where=" ".join(argv))
         # Slurm 22.05's `squeue --json` ignores --jobs and prints every job: filter here too.
         return _only(jobs, ids)
 
@@ -139,9 +139,9 @@ class CliBackend:
 
     def nodes(self) -> list[Node]:
         if self.version() >= SCONTROL_JSON_SINCE:
-            return parse.nodes_from_document(self._json("scontrol", "show", "nodes", "--json"), "scontrol show nodes",
-                                             self.skipped)
-        return parse.nodes_from_document(self._json("sinfo", "--json"), "sinfo", self.skipped)
+            argv = ("scontrol", "show", "nodes", "--json")
+            return parse.nodes_from_output(self._run(*argv), "scontrol show nodes", self.skipped, " ".join(argv))
+        return parse.nodes_from_output(self._run("sinfo", "--json"), "sinfo", self.skipped, "sinfo --json")
 
     def partitions(self) -> list[Partition]:
         out = self._run("scontrol", "show", "partition", "--oneliner")

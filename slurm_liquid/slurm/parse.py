@@ -29,12 +29,14 @@ import logging
 import math
 import re
 from dataclasses import replace
+from functools import lru_cache
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, MutableSequence, TypeVar
+from typing import Any, Callable, Iterable, Mapping, MutableSequence, Optional, TypeVar
 
 import hostlist
 
 from slurm_liquid import hostnames
+from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.files import parse_json
 from slurm_liquid.slurm.errors import SlurmError
 from slurm_liquid.slurm.models import FINISHED_STATES, Job, Node, Partition, SlurmVersion
@@ -47,6 +49,7 @@ BASE_JOB_STATES = frozenset({
     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"})
 BASE_NODE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "DOWN", "ERROR", "FUTURE", "UNKNOWN"})
 _MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+_TRES_AMOUNT = re.compile(r"([0-9]+(?:\.[0-9]+)?)([KMGT]?)")
 # Slurm keeps counts (CPUs, GPUs, nodes, job ids, priorities) in 32 bits; memory in MiB in 64.
 MAX_COUNT = 2 ** 32 - 1
 MAX_MIB = 2 ** 63
@@ -65,10 +68,15 @@ class BadEntry(SlurmError):
 
 def num(value: Any) -> int | float | None:
     """A number from either a plain value or `{set, infinite, number}`; None when unset, infinite or NaN."""
-    if isinstance(value, Mapping):
+    kind = type(value)
+    if kind is int:     # the common cases first: isinstance against Mapping costs an ABC check
+        return value
+    if kind is dict or (kind is not str and isinstance(value, Mapping)):
         if not value.get("set", True) or value.get("infinite", False):
             return None
         value = value.get("number")
+        if type(value) is int:
+            return value
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -107,6 +115,8 @@ def timestamp(value: Any, beyond: datetime | None = None) -> datetime | None:
 
 def states(value: Any, base: frozenset[str]) -> tuple[str, tuple[str, ...]]:
     """(base state, other flags) from `"IDLE+DRAIN"`, `"PENDING"` or `["MIXED", "DRAIN"]`."""
+    if type(value) is list and len(value) == 1 and type(value[0]) is str and value[0] in base:   # ["RUNNING"]
+        return value[0], ()
     if isinstance(value, str):
         items: list[Any] = re.split(r"[+,]", value)
     elif isinstance(value, (list, tuple)):
@@ -169,6 +179,12 @@ def expand_nodes(expr: Any) -> tuple[str, ...]:
     expr = text(expr, "node list").strip()
     if not expr or expr in {"(null)", "None", "N/A", "None assigned"}:
         return ()
+    return _expanded(expr)
+
+
+@lru_cache(maxsize=16384)
+def _expanded(expr: str) -> tuple[str, ...]:
+    """expand_nodes of one host list; a running job's list comes back in every pass, read once."""
     try:
         return tuple(expand_hostlist(expr))
     except hostlist.BadHostlist as exc:
@@ -193,8 +209,14 @@ def split_gres(spec: str) -> list[str]:
 
 def parse_gres(spec: Any) -> list[tuple[str, str | None, int]]:
     """[(name, type, count)] from 'gpu:h100:4(S:0),shard:16', 'gres/gpu:2' (24.11) or 'gres:gpu:2' (22.05)."""
+    return list(_gres_text(text(spec, "gres")))
+
+
+@lru_cache(maxsize=4096)
+def _gres_text(spec: str) -> tuple[tuple[str, str | None, int], ...]:
+    """parse_gres of one string, read once per distinct string (see _tres_text)."""
     out = []
-    for item in split_gres(text(spec, "gres")):
+    for item in split_gres(spec):
         item = re.sub(r"\(.*\)$", "", item)
         item = re.sub(r"^gres[/:]", "", item)
         fields = item.split(":")
@@ -204,7 +226,7 @@ def parse_gres(spec: Any) -> list[tuple[str, str | None, int]]:
         name = fields[0]
         gtype = fields[1] if len(fields) > 1 else None
         out.append((name, gtype, amount))
-    return out
+    return tuple(out)
 
 
 def _digits(value: str, what: str) -> int:
@@ -231,6 +253,8 @@ def parse_tres(value: Any) -> dict[str, float]:
     number below 2^63 is a BadEntry (a TRES total nobody can have); negative list counts
     (energy: -2) mean "not counted" and are left out.
     """
+    if isinstance(value, str):
+        return dict(_tres_text(value))   # a copy: callers may change theirs
     out: dict[str, float] = {}
     if isinstance(value, list):
         for item in value:
@@ -242,11 +266,19 @@ def parse_tres(value: Any) -> dict[str, float]:
             if amount is not None and amount >= 0:
                 out[key] = _amount(amount, key)
         return out
-    for item in text(value, "TRES").split(","):
+    return dict(_tres_text(text(value, "TRES")))
+
+
+@lru_cache(maxsize=4096)
+def _tres_text(value: str) -> tuple[tuple[str, float], ...]:
+    """The string form of parse_tres; jobs of one cluster repeat a few hundred TRES strings, so
+    each is read once (an error is not cached: it is raised again for the next entry)."""
+    out: dict[str, float] = {}
+    for item in value.split(","):
         if "=" not in item:
             continue
         key, raw = item.split("=", 1)
-        match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([KMGT]?)", raw.strip())
+        match = _TRES_AMOUNT.fullmatch(raw.strip())
         if not match:
             continue
         if len(match.group(1)) > 30:
@@ -255,7 +287,7 @@ def parse_tres(value: Any) -> dict[str, float]:
         if key == "mem":
             amount *= _MEM_UNITS.get(match.group(2) or "M", 1)
         out[key.strip()] = _amount(amount, key)
-    return out
+    return tuple(out.items())
 
 
 def _amount(amount: float, key: str) -> float:
@@ -633,6 +665,68 @@ def loads(out: str, command: str) -> Mapping[str, Any]:
         raise SlurmError(f"output of `{command}`: JSON that is not an object")
     return doc
 
+
+# ---------------------------------------------------------------- large answers, read fast
+
+# What job_from_squeue and node_from_json read of an entry (a unit test holds them to it). A large
+# answer is decoded keeping only these: the other hundred fields of a job, its `job_resources` above
+# all (a core-by-core map, most of a running job's bytes), are skipped unread.
+SQUEUE_FIELDS = (
+    "job_id", "name", "user_name", "job_state", "state_reason", "partition", "nodes", "node_count", "cpus",
+    "memory_per_node", "memory_per_cpu", "tres_alloc_str", "tres_req_str", "tres_per_node", "tres_per_job",
+    "features", "comment", "admin_comment", "system_comment", "priority", "hold", "restart_cnt", "exit_code",
+    "submit_time", "start_time", "eligible_time", "required_nodes", "end_time", "time_limit",
+    "current_working_directory")
+NODE_FIELDS = (
+    "name", "state", "state_flags", "partitions", "active_features", "features", "cpus", "alloc_cpus",
+    "real_memory", "alloc_memory", "gres", "gres_used", "reason", "version")
+
+
+@lru_cache(maxsize=None)
+def _entry_decoder(key: str, fields: tuple[str, ...]) -> Any:
+    """A msgspec decoder of `{key: [entry, ...], errors, meta}` that keeps `fields` of each entry, or
+    None without msgspec (then the standard library reads everything)."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover -- a dependency; the slow path stays correct without it
+        return None
+    entry = msgspec.defstruct(f"{key}_entry", [(name, Any, None) for name in fields])
+    answer = msgspec.defstruct(f"{key}_answer", [(key, Optional[list[entry]], None), ("errors", Any, None),
+                                                 ("meta", Any, None)])
+    return msgspec.json.Decoder(answer), msgspec
+
+
+def _loads_entries(out: str, command: str, key: str, fields: tuple[str, ...]) -> Mapping[str, Any]:
+    """`loads`, keeping only `fields` of each entry of `key` (a field an entry lacks reads as null,
+    as `.get` reads it). An answer the fast reader refuses (not an object of objects, not JSON,
+    NaN, nesting too deep) is read again by `loads`, so that it ends as it always did."""
+    found = _entry_decoder(key, fields)
+    if found is not None:
+        decoder, msgspec = found
+        try:
+            raw = decoder.decode(out)
+        except msgspec.MsgspecError:
+            return loads(out, command)
+        entries = getattr(raw, key)
+        as_dict = msgspec.structs.asdict
+        return {key: None if entries is None else [as_dict(e) for e in entries], "errors": raw.errors,
+                "meta": raw.meta}
+    return loads(out, command)
+
+
+def jobs_from_output(out: str, command: str = "squeue", skipped: MutableSequence[str] | None = None,
+                     where: str | None = None) -> list[Job]:
+    """`jobs_from_document(loads(out))` of a `squeue --json` answer, reading only what the jobs are
+    made of; `where` names the command in errors (default `command`)."""
+    with gc_paused():
+        return jobs_from_document(_loads_entries(out, where or command, "jobs", SQUEUE_FIELDS), command, skipped)
+
+
+def nodes_from_output(out: str, command: str, skipped: MutableSequence[str] | None = None,
+                      where: str | None = None) -> list[Node]:
+    """`nodes_from_document(loads(out))` of a `scontrol show nodes --json` or `sinfo --json` answer."""
+    with gc_paused():
+        return nodes_from_document(_loads_entries(out, where or command, "nodes", NODE_FIELDS), command, skipped)
 
 
 # ---------------------------------------------------------------- GRES device indices per node

@@ -453,16 +453,16 @@ def test_a_resized_job_waiting_for_its_restart_is_not_unpinned() -> None:
 # --- a job whose handling raises is skipped, counted, and not retried hot ----------------------------
 
 def test_a_job_whose_handling_raises_is_skipped_and_the_others_are_placed(monkeypatch) -> None:
-    import slurm_liquid.daemon.admit as admit
+    from slurm_liquid.placement.slurm_rules import JobViews
 
-    real = admit.job_view
+    real = JobViews.view
 
-    def poisoned(job, nodes, state):
+    def poisoned(self, job, returned=None):
         if job.job_id == 60:
             raise ZeroDivisionError("poison")
-        return real(job, nodes, state)
+        return real(self, job, returned)
 
-    monkeypatch.setattr(admit, "job_view", poisoned)
+    monkeypatch.setattr(JobViews, "view", poisoned)
     clock = [NOW]
     client = FakeSlurm([job(60, 1, age=9), job(61, 1, age=8)], cluster())
     admitter = Admitter(client, config(), now=lambda: clock[0])

@@ -395,3 +395,77 @@ def test_partition_and_exit_code_lines_that_cannot_be_read_are_left_out(recorded
     parts = parse.partitions_from_text("\n".join(lines), skipped=reasons)
     assert [p.name for p in parts] == ["gpu"] and len(reasons) == 3
     assert parse.exit_codes_from_sacct_text("1|²:0\n2|3:0\n3|" + "9" * 5000 + ":0\n4|0:9") == {2: 3, 4: 137}
+
+
+# --- large answers: only the fields the readers read are decoded ---------------------------------
+
+class _Reading(dict):
+    """A job or node entry that remembers every key read from it."""
+
+    read: set[str] = set()
+
+    def get(self, key, default=None):
+        _Reading.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        _Reading.read.add(key)
+        return super().__getitem__(key)
+
+
+def test_the_fast_reader_keeps_every_field_the_readers_read(recorded: Recorded) -> None:
+    """SQUEUE_FIELDS / NODE_FIELDS name all that job_from_squeue / node_from_json read: a field read
+    but not kept would read as unset on the fast path, silently."""
+    nodes = "scontrol_nodes.json" if (recorded.dir / "scontrol_nodes.json").exists() else "sinfo.json"
+    for name, read, fields in (("squeue.json", parse.job_from_squeue, parse.SQUEUE_FIELDS),
+                               (nodes, parse.node_from_json, parse.NODE_FIELDS)):
+        _Reading.read = set()
+        key = "jobs" if name == "squeue.json" else "nodes"
+        for raw in recorded.doc(name)[key]:
+            read(_Reading(raw))
+        assert _Reading.read and _Reading.read <= set(fields), sorted(_Reading.read - set(fields))
+
+
+def test_the_fast_reader_reads_what_the_full_reader_reads(recorded: Recorded) -> None:
+    text = (recorded.dir / "squeue.json").read_text()
+    assert parse.jobs_from_output(text, "squeue") == parse.jobs_from_document(json.loads(text), "squeue")
+    name = "scontrol_nodes.json" if (recorded.dir / "scontrol_nodes.json").exists() else "sinfo.json"
+    text = (recorded.dir / name).read_text()
+    assert parse.nodes_from_output(text, name) == parse.nodes_from_document(json.loads(text), name)
+
+
+def test_what_the_fast_reader_refuses_is_read_as_before() -> None:
+    """NaN (Python's JSON reads it, strict JSON does not), an entry that is not an object, jobs that
+    are not a list, an oversized integer: each answer ends as the full reader ends it."""
+    doc = json.loads((FIXTURES / "24.11" / "squeue.json").read_text())
+    doc["jobs"][0]["cpus"] = {"set": True, "infinite": False, "number": float("nan")}
+    nan = json.dumps(doc)
+    assert "NaN" in nan
+    assert parse.jobs_from_output(nan, "squeue") == parse.jobs_from_document(json.loads(nan), "squeue")
+    skipped: list[str] = []
+    odd = json.dumps({"jobs": [5, *doc["jobs"][1:]], "errors": []})
+    assert [j.job_id for j in parse.jobs_from_output(odd, "squeue", skipped)] == [j["job_id"] for j in doc["jobs"][1:]]
+    assert skipped and "not an object" in skipped[0]
+    for out, message in (('{"jobs": {"1": {}}}', "not a list"), ('{"jobs": [' + "9" * 5000 + "]}", "cannot be read"),
+                         ('{"jobs": [], "errors": [{"description": "boom"}]}', "boom"), ("[]", "not an object")):
+        with pytest.raises(SlurmError, match=message):
+            parse.jobs_from_output(out, "squeue")
+
+
+def test_the_collector_runs_again_after_a_read() -> None:
+    import gc
+
+    text = (FIXTURES / "24.11" / "squeue.json").read_text()
+    assert gc.isenabled()
+    parse.jobs_from_output(text, "squeue")
+    assert gc.isenabled()
+    with pytest.raises(SlurmError):
+        parse.jobs_from_output("[]", "squeue")
+    assert gc.isenabled()
+
+
+def test_without_msgspec_the_standard_library_reads_everything(recorded: Recorded, monkeypatch) -> None:
+    text = (recorded.dir / "squeue.json").read_text()
+    fast = parse.jobs_from_output(text, "squeue")
+    monkeypatch.setattr(parse, "_entry_decoder", lambda key, fields: None)
+    assert parse.jobs_from_output(text, "squeue") == fast == parse.jobs_from_document(json.loads(text), "squeue")
