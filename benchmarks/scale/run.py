@@ -3,8 +3,8 @@
 For each size: generate the answers of such a cluster (generate.py, in Slurm 24.11's shape), put the
 daemon's real CLI backend in front of them (fakeslurm.py: Slurm answers instantly, writes are
 recorded), and time, several times over, one placement pass (`Admitter.run_pass`, enforce mode, the
-default placer `auto`) and one elastic slot (`Adjuster.run_slot`, policies drf and static; and drf
-again with the slot's node bookkeeping in arrays, slot_arrays.py, checked to start the same resizes). Where the
+default placer `auto`) and one elastic slot (`Adjuster.run_slot`: the one loop's live back end, policies
+drf and static). Where the
 time goes is measured with timers around the stages (JSON decode, parsing to models, the node filter,
 placing, the ledger's codecs, the policy, the journal, writing to Slurm), the rest being the pass's
 own bookkeeping; `--profile` adds cProfile's top functions of the largest size.
@@ -39,9 +39,9 @@ for path in (str(ROOT), str(HERE)):
 
 from fakeslurm import client as fake_client  # noqa: E402
 from generate import NOW, generate  # noqa: E402
-from slot_arrays import ArrayAdjuster  # noqa: E402
 
 from slurm_liquid.config import parse as parse_config  # noqa: E402
+from slurm_liquid.speed import MeasuredSpeedModel  # noqa: E402
 
 PAIRED = ((256, 1000), (1024, 5000), (2048, 10000), (4096, 20000))
 SWEEP = ((4096, 1000), (4096, 5000), (4096, 10000))     # jobs alone grow (with PAIRED's last)
@@ -101,7 +101,8 @@ class Stages:
 
 @contextmanager
 def stages() -> Iterator[Stages]:
-    from slurm_liquid.daemon import admit, elastic, journal
+    from slurm_liquid.daemon import admit, journal
+    from slurm_liquid.loop import place
     from slurm_liquid.ledger import record, tag
     from slurm_liquid.placement import engine, ga, slurm_rules
     from slurm_liquid.policy import drf
@@ -124,8 +125,7 @@ def stages() -> Iterator[Stages]:
         timers.patch("place", engine.IndexedPlacer, name)
     for name in ("place", "place_all"):
         timers.patch("place", ga.GroupingGA, name)
-    timers.patch("place", elastic.Adjuster, "_place")
-    timers.patch("place", ArrayAdjuster, "_place")
+    timers.patch("place", place.PlaceStage, "place")
     for name in ("parse", "render", "to"):
         timers.patch("ledger", tag.Tag, name)
     timers.patch("ledger", record.Record, "parse")
@@ -133,6 +133,7 @@ def stages() -> Iterator[Stages]:
     for owner in (admit, tag):
         timers.patch("ledger", owner, "with_tag")
     timers.patch("policy", drf.DRF, "decide")
+    timers.patch("policy", MeasuredSpeedModel, "prepare")     # the speed room's batched fit, before the policy
     for name in ("begin", "advance", "recent", "unfinished"):
         timers.patch("journal", journal.Journal, name)
     for name in ("update_job", "signal", "release", "requeue_hold", "hold"):
@@ -175,8 +176,6 @@ class Row:
     admit: Measure
     slot: Measure
     static: Measure
-    arrays: Measure = field(default_factory=Measure)     # the slot without walks over every node (slot_arrays.py)
-    same: bool | None = None                             # did both slots start the same resizes?
 
 
 def one_pass(scenario, topology):
@@ -207,7 +206,6 @@ def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | No
         for rep in range(reps):
             for what, measure_, make in (
                     ("slot", row.slot, lambda: one_slot(scenario, topology, "drf", tmp)),
-                    ("arrays", row.arrays, lambda: one_slot(scenario, topology, "drf", tmp, ArrayAdjuster)),
                     ("static", row.static, lambda: one_slot(scenario, topology, "static", tmp)),
                     ("admit", row.admit, lambda: one_pass(scenario, topology))):
                 if what == "slot" and rep >= slot_reps:
@@ -226,16 +224,11 @@ def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | No
                 elif what == "slot":
                     measure_.outcome = (f"decided {len(report.decided)}, started {len(report.started)}, skipped "
                                         f"{len(report.skipped)}, failed {len(report.failed)}, {len(runner.actions)} signals")
-                if what in ("slot", "arrays"):
-                    started[what] = {"started": report.started, "skipped": report.skipped, "decided": report.decided,
-                                     "signals": runner.actions}
                 if what != "admit":
                     runner_owner.journal.close()
             slot = f"{row.slot.seconds[-1]:.2f} s" if rep < slot_reps else "not run"
             log(f"  {nodes} nodes x {jobs} jobs, rep {rep + 1}: pass {row.admit.seconds[-1]:.2f} s, "
-                f"slot drf {slot}, arrays {row.arrays.seconds[-1]:.2f} s, slot static {row.static.seconds[-1]:.3f} s")
-        if "slot" in started:
-            row.same = started["slot"] == started["arrays"]
+                f"slot drf {slot}, slot static {row.static.seconds[-1]:.3f} s")
         if profile is not None:
             for what, make, call in (("pass", lambda: one_pass(scenario, topology)[0], "run_pass"),
                                      ("slot", lambda: one_slot(scenario, topology, "drf", tmp)[0], "run_slot")):
@@ -281,13 +274,12 @@ def fmt(value: float, digits: int = 2) -> str:
 
 def table(rows: list[Row]) -> str:
     head = ["nodes", "jobs", "squeue MiB", "pass s", "pass CPU s", "slot drf s", "slot drf CPU s", "slot static s",
-            "pass + slot s", "slot drf, arrays s", "same resizes", "pass + slot with arrays s"]
+            "pass + slot s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         lines.append(f"| {r.nodes} | {r.jobs} | {r.squeue_mib:.0f} | {fmt(r.admit.median)} | {fmt(r.admit.cpu_median)} | "
                      f"{fmt(r.slot.median)} | {fmt(r.slot.cpu_median)} | {fmt(r.static.median, 3)} | "
-                     f"{fmt(r.admit.median + r.slot.median)} | {fmt(r.arrays.median)} | "
-                     f"{'-' if r.same is None else ('yes' if r.same else 'NO')} | {fmt(r.admit.median + r.arrays.median)} |")
+                     f"{fmt(r.admit.median + r.slot.median)} |")
     return "\n".join(lines)
 
 
@@ -295,7 +287,7 @@ def stage_table(rows: list[Row], which: str) -> str:
     head = ["nodes", "jobs", "total s", *(STAGE_NAMES[s] for s in STAGES), "rest of the pass"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        m = {"admit": r.admit, "slot": r.slot, "arrays": r.arrays}[which]
+        m = {"admit": r.admit, "slot": r.slot}[which]
         if not m.seconds:
             continue
         cells = [fmt(m.stage(s)) for s in STAGES]
@@ -309,9 +301,7 @@ def growth(rows: list[Row]) -> str:
                         ("jobs alone grow on 4,096 nodes", lambda r: r.nodes == 4096)):
         every = sorted((r for r in rows if pick(r)), key=lambda r: r.jobs)
         for name, get in (("pass", lambda r: r.admit.median), ("slot drf", lambda r: r.slot.median),
-                          ("pass + slot", lambda r: r.admit.median + r.slot.median),
-                          ("slot drf, arrays", lambda r: r.arrays.median),
-                          ("pass + slot with arrays", lambda r: r.admit.median + r.arrays.median)):
+                          ("pass + slot", lambda r: r.admit.median + r.slot.median)):
             chosen = [r for r in every if not math.isnan(get(r))]
             if len(chosen) < 2:
                 continue
@@ -350,7 +340,6 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     print(stage_table(rows, "admit"))
     print(stage_table(rows, "slot"))
-    print(stage_table(rows, "arrays"))
     print(growth(rows))
     for r in rows:
         print(f"{r.nodes}x{r.jobs}: pass {r.admit.outcome}" + (f"; slot {r.slot.outcome}" if r.slot.outcome else ""))
@@ -381,10 +370,6 @@ Machine: {machine()}.
 ## Where the elastic slot's time goes (seconds, median; policy drf)
 
 {stage_table(rows, "slot")}
-
-## The same slot with its node bookkeeping in arrays (slot_arrays.py; same resizes)
-
-{stage_table(rows, "arrays")}
 
 ## Growth
 

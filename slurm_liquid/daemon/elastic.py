@@ -31,7 +31,7 @@ from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.loop import Loop, PlaceStage, Report, Round, Shape
 from slurm_liquid.placement import ClusterState
 from slurm_liquid.placement.factory import make_placer
-from slurm_liquid.placement.slurm_rules import job_view
+from slurm_liquid.placement.slurm_rules import JobViews
 from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView
 from slurm_liquid.progress import Progress
 from slurm_liquid.speed import MeasuredSpeedModel, Observation, trace_app
@@ -101,6 +101,7 @@ class Adjuster:
         self._elastic: dict[int, ElasticJob] = {}
         self._reports: list[Report] = []
         self._measured: set[str] = set()
+        self._views: JobViews | None = None
         self._report: SlotReport | None = None
 
     def progress(self, job: Job) -> Progress:
@@ -121,7 +122,7 @@ class Adjuster:
 
             made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
             place = PlaceStage(self.placer, Shape.UNIFORM, self._eligible)
-            self._loop = Loop(made, place, self.speed, suspends=False)
+            self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies)
         return self._loop
 
     @property
@@ -153,6 +154,7 @@ class Adjuster:
             return None
         self.speed.gpus_per_node = max((n.gpus for n in nodes), default=1)
         self._nodes = {n.name: n for n in nodes}
+        self._views = None
         view = self._view(jobs, nodes)
         # A job being resized is pending for a while: its observations stay until it has ended.
         alive = {str(j.job_id) for j in jobs if not j.is_finished}
@@ -188,10 +190,20 @@ class Adjuster:
                 log.warning("job %s: skipped in this slot after an error: %s", job_id, exc,
                             exc_info=not isinstance(exc, LiquidError))
 
+    def _applies(self, job_id: str) -> bool:
+        """Only running elastic jobs this daemon placed are moved; Slurm starts the others."""
+        return job_id.isdigit() and int(job_id) in self._elastic
+
     def _eligible(self, job: JobView, state: ClusterState) -> ClusterState:
-        """The nodes Slurm would start `job` on (partition, GPU type, features, up)."""
+        """The nodes Slurm would start `job` on (up, partition, GPU type, features): worked out once per
+        slot for each set of rules jobs ask (`JobViews`), then the state cut to them."""
         live = self._jobs.get(job.id)
-        return state if live is None else job_view(live, self._nodes, state).state
+        if live is None:
+            return state
+        if self._views is None:
+            self._views = JobViews(self._nodes, state)
+        usable = self._views.usable(live)
+        return ClusterState({name: node for name, node in state.nodes.items() if name in usable})
 
     def _view(self, jobs: list[Job], nodes: list[Node]) -> ClusterView:
         now = self.now()

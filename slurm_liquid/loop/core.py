@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from slurm_liquid.loop.place import PlaceStage
 from slurm_liquid.policy.base import Action, ClusterView, Decision, Policy, SpeedModel
@@ -59,6 +59,9 @@ class Loop:
     place: PlaceStage
     speed: SpeedModel | None = None
     suspends: bool = True   # False: the back end cannot suspend a running job (Slurm, without requeue)
+    # The jobs whose moves the back end carries out (None: all). The daemon resizes only its elastic
+    # jobs; Slurm starts the others, so planning where they would go is work without an effect.
+    applies: Callable[[str], bool] | None = None
 
     def observe(self, backend: Backend) -> ClusterView | None:
         """The back end's view; its progress reports go into the speed model (when it learns), which
@@ -102,7 +105,7 @@ class Loop:
         moves = []
         for job_id, count in self.policy.decide(view).moves:
             job = jobs.get(job_id)
-            if job is None:
+            if job is None or (self.applies is not None and not self.applies(job_id)):
                 continue
             if count > 0:
                 count = min(max(count, job.min_gpus), job.upper) if job.elastic else job.gpus

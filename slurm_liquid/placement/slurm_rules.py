@@ -114,6 +114,7 @@ class JobViews:
         # jobs of a pass ask alike
         self._caps: dict[tuple[int, float, float], np.ndarray] = {}
         self._shards: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._usable: dict[tuple[str, int], frozenset[str]] = {}
 
     # ------------------------------------------------------------ the state
 
@@ -161,6 +162,18 @@ class JobViews:
         if not returned:
             self._caps[key] = cap
         return View(self, rule, slots, None, False, cap)
+
+    def usable(self, job) -> frozenset[str]:
+        """The nodes Slurm would start `job` on, whatever they have free now (up, in its partition,
+        with its GPU type and features); empty for a constraint this filter cannot read."""
+        rule = self._rule(job.partition or "", job.gpu_type, job.features or "")
+        if rule.unreadable:
+            return frozenset()
+        key = ("usable", id(rule))
+        names = self._usable.get(key)
+        if names is None:
+            names = self._usable[key] = frozenset(self.names[int(s)] for s in rule.slots)
+        return names
 
     def _rule(self, partition: str, gpu_type: str | None, constraint: str) -> _Rule:
         key = (partition, gpu_type, constraint)

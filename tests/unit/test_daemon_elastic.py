@@ -448,3 +448,18 @@ def test_a_job_requeued_for_its_resize_keeps_what_was_measured() -> None:
     work.client = slurm([running(6, {"gpu03": 1})])                              # 7 has ended
     work.run_slot()
     assert not work.speed.source("7").startswith("measured")
+
+
+def test_a_job_grows_only_on_nodes_of_its_partition() -> None:
+    # Partition "small" is gpu03-04 (as on the test cluster): the job grows to 8 there, never onto
+    # gpu01-02 although they are free.
+    job = replace(running(7, {"gpu03": 2}), partition="small")
+    client = slurm([job])
+    client.nodes.return_value = [replace(n, partitions=("gpu", "small") if n.name in ("gpu03", "gpu04") else ("gpu",))
+                                 for n in cluster([job])]
+    follow(client, [job])
+    work = adjuster(client, config())
+    report = work.run_slot()
+    work.resizer.step()
+    assert report.decided == {7: 8}
+    assert set(resized_to(client)) == {"gpu03", "gpu04"}
