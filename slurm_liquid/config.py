@@ -69,6 +69,7 @@ class ElasticConfig:
     max_grace_s: float = 300.0         # a job's checkpoint grace (signal=USR1@N) is capped at this
     min_change_interval_s: float = 300.0
     max_changes_per_hour: int = 6      # per job
+    payback: float = 1.0               # a job grows only if it saves this x restart_penalty_s (0: always)
     progress_dir: str = "/shared/slurm-liquid/progress"   # world-writable + sticky, on a shared file system
     journal: str = "/var/lib/slurm-liquid/journal.sqlite"
     speed_journal: str = "/var/lib/slurm-liquid/speed.jsonl"   # the jobs' measured speeds (root-owned)

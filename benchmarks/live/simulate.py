@@ -56,7 +56,7 @@ from slurm_liquid.sim.workload import JobSpec  # noqa: E402
 
 ARMS = ("plain", "liquid", "drf", "dl2")
 # The test cluster's daemon settings (containers/slurm/liquid.toml [elastic]).
-DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30}
+DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30, "payback": 1.0}
 # arm -> (policy, placer, decision interval in seconds: the placement pass's; slots come every slot_s)
 # Slurm and the daemon's placement pass both start a job within about a second of its GPUs freeing.
 SETUP = {"plain": ("fifo", "slurm", 1.0), "liquid": ("fifo", "liquid", 1.0),
@@ -193,7 +193,7 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
             speed = MeasuredSpeedModel(config.gpus_per_node)
         policy = DaemonMirror(make_policy(policy_name, speed), DAEMON["slot_s"], DAEMON["min_change_interval_s"],
                               DAEMON["max_changes_per_hour"])
-    Loop(policy, place, speed, suspends=False).run(backend)
+    Loop(policy, place, speed, suspends=False, payback=DAEMON["payback"] if speed is not None else 0.0).run(backend)
     result = sim.result(policy.name)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
             "restart_cost_s": round(restart_cost, 1), "start_cost_s": round(start, 1), "speed": speed_kind, "jobs": len(result.jcts),

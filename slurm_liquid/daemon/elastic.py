@@ -122,7 +122,8 @@ class Adjuster:
 
             made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
             place = PlaceStage(self.placer, Shape.UNIFORM, self._eligible)
-            self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies)
+            self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies,
+                              payback=self.config.elastic.payback)
         return self._loop
 
     @property

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Protocol
 
 from slurm_liquid.loop.place import PlaceStage
-from slurm_liquid.policy.base import Action, ClusterView, Decision, Policy, SpeedModel
+from slurm_liquid.policy.base import Action, ClusterView, Decision, JobView, Policy, SpeedModel
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,9 @@ class Loop:
     # The jobs whose moves the back end carries out (None: all). The daemon resizes only its elastic
     # jobs; Slurm starts the others, so planning where they would go is work without an effect.
     applies: Callable[[str], bool] | None = None
+    # A running job grows only when the speed model says the time it saves on its remaining steps is
+    # at least `payback` x the restart penalty (0: no such check; the reference runs of the simulator).
+    payback: float = 0.0
 
     def observe(self, backend: Backend) -> ClusterView | None:
         """The back end's view; its progress reports go into the speed model (when it learns), which
@@ -115,8 +118,24 @@ class Loop:
                 count = job.min_gpus
             if count and count == job.allocated:
                 continue
+            if self.payback and job.allocation and count > job.allocated and not self.pays_back(view, job, count):
+                continue
             moves.append((job_id, count))
         return Decision(tuple(moves))
+
+    def pays_back(self, view: ClusterView, job: JobView, count: int) -> bool:
+        """Whether growing `job` to `count` GPUs saves, on the steps it has left, `payback` times what
+        the restart costs it (under Slurm every change is a requeue). Without a speed model: yes."""
+        speed = self.speed
+        if speed is None:
+            return True
+        try:
+            saved = speed.remaining_iterations(job) * (speed.iteration_time(job, job.allocated)
+                                                       - speed.iteration_time(job, count))
+        except Exception:  # noqa: BLE001 -- a model that cannot answer for this job does not block it
+            log.warning("job %s: no speed estimate to weigh a resize; allowed", job.id, exc_info=True)
+            return True
+        return saved >= self.payback * view.restart_penalty_s
 
     def decide(self, view: ClusterView) -> Round:
         """admit -> allocate -> place on one observed view; applies nothing."""

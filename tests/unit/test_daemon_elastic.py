@@ -74,6 +74,9 @@ def cluster(jobs: list[Job]) -> list[Node]:
 
 
 def config(policy: str = "drf", mode: str = "enforce", **elastic: int) -> Config:
+    # Growth is weighed against its restart only where a test asks (payback): the slot's mechanics
+    # are tested on their own.
+    elastic.setdefault("payback", 0)
     extra = "".join(f"{k} = {v}\n" for k, v in elastic.items())
     return parse(f'[daemon]\nmode = "{mode}"\n[elastic]\npolicy = "{policy}"\n{extra}')
 
@@ -463,3 +466,16 @@ def test_a_job_grows_only_on_nodes_of_its_partition() -> None:
     work.resizer.step()
     assert report.decided == {7: 8}
     assert set(resized_to(client)) == {"gpu03", "gpu04"}
+
+
+def test_a_job_about_to_finish_is_not_grown() -> None:
+    # Reported 10 steps from its end: doubling saves seconds, the requeue costs 150 s (the default
+    # restart penalty): DRF wants 8, the loop keeps it at 2. Far from its end, it grows.
+    for step, grows in ((99_990, False), (1_000, True)):
+        report_of = {"step": step, "total": 100_000, "samples_per_s": 500.0, "gpus": 2, "nodes": 1, "time": NOW,
+                     "checkpoint_time": NOW}
+        client = slurm([running(7, {"gpu01": 2})])
+        work = Adjuster(client, config(payback=1), TOPOLOGY, Journal(":memory:", now=lambda: NOW),
+                        progress=lambda job, r=report_of: r, now=lambda: NOW)
+        report = work.run_slot()
+        assert (report.decided[7] > 2) is grows, (step, report)
