@@ -101,7 +101,8 @@ class Live:
 
     def restart_daemon(self, policy: str) -> None:
         self.exec("entrypoint.sh", "daemon-stop", check=False)
-        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, timeout=60)
+        # The shipped payback (1: a growth must save its restart), whatever the test cluster's file says.
+        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", "1", timeout=60)
 
 
 def job_files(arm: str, job: dict, steps: int) -> tuple[dict[str, str], list[str]]:

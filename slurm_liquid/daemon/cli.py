@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=config_module.DAEMON_MODES, default=None, help="override [daemon] mode")
     parser.add_argument("--policy", choices=config_module.ELASTIC_POLICIES, default=None,
                         help="override [elastic] policy")
+    parser.add_argument("--payback", type=float, default=None, metavar="F",
+                        help="override [elastic] payback (0: grow jobs without weighing the restart)")
     parser.add_argument("--once", action="store_true", help="one elastic slot and one placement pass, then exit")
     parser.add_argument("--poll", type=float, default=None, metavar="S",
                         help="override [daemon] poll_s (with --no-events: the polling baseline)")
@@ -98,7 +100,7 @@ class Heartbeat:
 
 def run(args: argparse.Namespace) -> int:
     config = config_module.with_overrides(config_module.load(args.config), mode=args.mode, poll_s=args.poll)
-    config = config_module.with_overrides(config, "elastic", policy=args.policy)
+    config = config_module.with_overrides(config, "elastic", policy=args.policy, payback=args.payback)
     cfg = config.daemon
     from slurm_liquid.cli import log_to_file
     from slurm_liquid.slurm import connect

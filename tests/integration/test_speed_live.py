@@ -43,7 +43,7 @@ def silent_script() -> str:
 def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elastic_cluster: Cluster) -> None:
     cluster = elastic_cluster
     daemon(cluster, "stop")
-    started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "optimus")
+    started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "optimus", "--payback", "1")
     assert started.returncode == 0, started.stderr
     ids = {}
     for name, text in (("plateau", curve_script("plateau2")), ("linear", curve_script("linear")),
