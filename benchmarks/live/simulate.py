@@ -45,6 +45,7 @@ from workload import smoke  # noqa: E402
 from slurm_liquid.loop import Loop, PlaceStage, Shape  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
 from slurm_liquid.policy.base import ClusterView, Decision  # noqa: E402
+from slurm_liquid.policy.fifo import FifoBackfill  # noqa: E402
 from slurm_liquid.sim.backend import SimBackend  # noqa: E402
 from slurm_liquid.speed import MeasuredSpeedModel, trace_app  # noqa: E402
 from slurm_liquid.sim.apps import register_app  # noqa: E402
@@ -56,6 +57,7 @@ from slurm_liquid.sim.workload import JobSpec  # noqa: E402
 
 ARMS = ("plain", "liquid", "drf", "dl2")
 # The test cluster's daemon settings (containers/slurm/liquid.toml [elastic]).
+BF_WINDOW_S = 86400.0   # Slurm's default bf_window (1440 minutes)
 DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30, "payback": 1.0}
 # arm -> (policy, placer, decision interval in seconds: the placement pass's; slots come every slot_s)
 # Slurm and the daemon's placement pass both start a job within about a second of its GPUs freeing.
@@ -184,7 +186,9 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
     backend: SimBackend = Declared(sim, declared)
     speed = None
     if policy_name == "fifo":
-        policy = make_policy(policy_name)
+        # Slurm's backfill: the live jobs have no time limit, so a blocked head job's start lies past
+        # bf_window (1 day) and holds no reservation: every later job that fits starts.
+        policy = FifoBackfill(window_s=BF_WINDOW_S)
     else:
         if speed_kind == "oracle":   # the true curves: what a perfect speed model would say
             speed = OracleSpeedModel(config.gpus_per_node)

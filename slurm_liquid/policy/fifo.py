@@ -5,7 +5,8 @@ The queue starts in arrival order; when the head job does not fit, it gets a
 reservation at the earliest time enough GPUs free up (from the running jobs' time
 limits), and later jobs may jump ahead only if they fit now and either end before that
 time or use GPUs the reservation does not need. A job without a time limit is assumed
-to run forever, which makes backfill conservative, as in Slurm.
+to run forever, which makes backfill conservative, as in Slurm; past Slurm's backfill window
+(`window_s`, its bf_window) no reservation is held at all.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ def _end(job: JobView, now: float) -> float:
 class FifoBackfill:
     name = "fifo"
 
-    def __init__(self, backfill: bool = True) -> None:
+    def __init__(self, backfill: bool = True, window_s: float = math.inf) -> None:
         self.backfill = backfill
+        # Slurm's bf_window (default 1 day): a head job that cannot start within it gets no reservation,
+        # and every later job that fits starts (with no time limits, as on a cluster without --time).
+        self.window_s = window_s
 
     def reset(self) -> None:
         pass
@@ -56,7 +60,7 @@ class FifoBackfill:
                     if avail >= job.gpus:
                         shadow = end
                         break
-                extra = avail - job.gpus
+                extra = avail - job.gpus if shadow - now <= self.window_s else math.inf
                 continue
             if job.gpus > free:
                 continue

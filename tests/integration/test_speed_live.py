@@ -2,7 +2,7 @@
 
 Two elastic stand-in jobs of the same model, side by side under Optimus (the policy that decides
 from speed alone): one's step time stops improving past 2 GPUs, the other scales linearly
-(`--curve`, step times per (GPUs, nodes) that are not the speed prior). Both start on 1 GPU; the
+(`--curve`, step times per (GPUs, nodes) that are not the speed prior). Both start on 2 GPUs; the
 daemon tries each width one step past what it has measured. Once it has seen their reports, the
 linear job grows to its maximum (8) while the saturating one holds at most 3. A third job never
 reports a speed: it is resized by its prior alone, and its record says so.
@@ -46,10 +46,10 @@ def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elasti
     started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "optimus", "--payback", "1")
     assert started.returncode == 0, started.stderr
     ids = {}
-    for name, text in (("plateau", curve_script("plateau2")), ("linear", curve_script("linear")),
-                       ("silent", silent_script())):
+    for name, text, gpus in (("plateau", curve_script("plateau2"), 2), ("linear", curve_script("linear"), 2),
+                             ("silent", silent_script(), 1)):
         write(cluster, f"/shared/speed-{name}.sh", text)
-        ids[name] = sbatch(cluster, "alice", "--gres=gpu:1", "--requeue", f"/shared/speed-{name}.sh")[0]
+        ids[name] = sbatch(cluster, "alice", f"--gres=gpu:{gpus}", "--requeue", f"/shared/speed-{name}.sh")[0]
     try:
         seen: dict[str, int] = {}
 
@@ -63,10 +63,10 @@ def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elasti
 
         jobs = wait_for("the linear job to grow to its maximum (8 GPUs)", grown, timeout=420, every=2)
         plateau = cluster.client.job(ids["plateau"])
-        # It was measured on 1 and 2 (and maybe 4, one step past): never more than 3 after that.
+        # It was measured on 2 (and maybe 4, one step past): never more than 3 after that.
         assert seen["plateau"] <= 4 and plateau.gpus <= 3, (seen, plateau.gpus, plateau.comment)
         linear = Record.parse(jobs["linear"].comment)
-        assert linear.get("resized") == "1to2,2to4,4to8", jobs["linear"].comment
+        assert linear.get("resized") == "2to4,4to8", jobs["linear"].comment
         assert linear.get("note") == "optimus-slot/speed:measured", jobs["linear"].comment
         silent = wait_for("the silent job to be resized by its prior",
                           lambda: (lambda r: r if r and r.get("resized") else None)(

@@ -51,6 +51,8 @@ def test_fifo_without_limits_never_jumps_the_head() -> None:
     head = JobView("head", 10, 16)
     small = JobView("small", 20, 1)
     assert placed(FifoBackfill(), view([running, head, small])) == []
+    # Past Slurm's backfill window (the running job never ends) the head holds no reservation.
+    assert gpus_of(placed(FifoBackfill(window_s=86400), view([running, head, small]))) == {"small": 1}
 
 
 def test_fifo_never_preempts() -> None:
