@@ -255,9 +255,10 @@ class Adjuster:
 
     def _change(self, item: ElasticJob, held: int, target: int, action: Action | None, report: SlotReport) -> None:
         job, cfg = item.job, self.config.elastic
-        if action is None or action.gpus != target:
+        if action is None or not action.allocation or action.gpus == held:
             report.skipped[job.job_id] = f"{target} GPUs cannot be placed now"
             return
+        target = action.gpus     # the count as placed: the largest below the policy's that Slurm can express
         if not item.low <= target <= item.high:
             report.skipped[job.job_id] = f"{target} GPUs is outside the job's range {item.low}:{item.high}"
             return

@@ -87,11 +87,20 @@ class PlaceStage:
         return actions
 
     def _place(self, job: JobView, gpus: int, state: ClusterState, widest: int) -> Placement | None:
+        """A placement of `gpus`; under UNIFORM, an elastic job whose count has no shape that fits now
+        gets the largest count below it that has one (never below its minimum): Slurm cannot give 5
+        GPUs on 4-GPU nodes, but 4 it can, and a count that can never be placed would starve the job."""
         seen = self.eligible(job, state) if self.eligible is not None else state
         if self.shape is Shape.FREE:
-            shapes: list[int | None] = [None]
-        else:
-            shapes = [per_node for _, per_node in slurm_shapes(gpus, widest)]
+            return self._first(job, gpus, [None], seen)
+        counts = range(gpus, max(job.min_gpus, 1) - 1, -1) if job.elastic else (gpus,)
+        for count in counts:
+            placement = self._first(job, count, [per_node for _, per_node in slurm_shapes(count, widest)], seen)
+            if placement is not None:
+                return placement
+        return None
+
+    def _first(self, job: JobView, gpus: int, shapes: list[int | None], seen: ClusterState) -> Placement | None:
         for per_node in shapes:
             placement = self.placer.place(PlacementRequest(job.id, gpus, per_node, job.gpu_type), seen)
             if placement.placed:

@@ -53,8 +53,8 @@ def test_the_daemon_mirror_places_waiting_jobs_and_resizes_only_on_its_rules(mir
     a, b = (JobView(j.id, 0.0, j.gpus, allocation=alloc[j.id], max_gpus=8) for j in (a, b))
     assert loop.decide(view(16.0, a, b)).actions == []            # a slot, but both started 15 s ago
     changed = {x.job: x.gpus for x in loop.decide(view(31.0, a, b)).actions}
-    # a grows to 8 (two nodes of 4); b's 5 GPUs have no Slurm shape: it keeps its 1, is not suspended.
-    assert changed == {"a": 8}
+    # a grows to 8 (two nodes of 4); b's 5 GPUs have no Slurm shape on four nodes: it gets 4.
+    assert changed == {"a": 8, "b": 4}
     assert loop.decide(view(32.0, a, b)).actions == []            # no slot until 45 s
 
 

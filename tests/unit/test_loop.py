@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from slurm_liquid.loop import Loop, PlaceStage, Shape, slurm_shapes
+from slurm_liquid.placement.base import ClusterState
 from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import ClusterView, Decision, JobView, NodeView
@@ -47,15 +48,19 @@ def test_every_slurm_shape_is_even_and_fits_a_node(gpus: int, per_node: int) -> 
 
 
 def test_a_back_end_that_cannot_suspend_keeps_a_job_whose_move_fails() -> None:
-    # a (2 on n0) wants 5, which has no shape; b wants 16, which needs a's GPUs too. Without suspension,
-    # a keeps n0:2 and b is not given GPUs a still holds.
     a = JobView("a", 0, 2, allocation=(("n0", 2),), max_gpus=8)
-    b = JobView("b", 1, 4, allocation=(("n1", 4),), max_gpus=16)
+    v = ClusterView(0.0, NODES, (a,))
+    nowhere = PlaceStage(MostFreeGreedy(), Shape.UNIFORM, eligible=lambda job, state: ClusterState({}))
+    assert Loop(Wants(("a", 4)), nowhere, suspends=False).decide(v).actions == []
+    assert [x.gpus for x in Loop(Wants(("a", 4)), nowhere).decide(v).actions] == [0]
+
+
+def test_an_elastic_count_slurm_cannot_express_falls_back_to_one_it_can() -> None:
+    a = JobView("a", 0, 2, allocation=(("n0", 2),), max_gpus=8)
+    b = JobView("b", 1, 5)   # rigid: 5 GPUs are 5 nodes x 1 in Slurm's terms, and there are 4 nodes
     v = ClusterView(0.0, NODES, (a, b))
-    kept = Loop(Wants(("a", 5), ("b", 16)), PlaceStage(MostFreeGreedy(), Shape.UNIFORM), suspends=False).decide(v)
-    assert kept.actions == []
-    suspended = Loop(Wants(("a", 5), ("b", 16)), PlaceStage(MostFreeGreedy(), Shape.UNIFORM)).decide(v)
-    assert {x.job: x.gpus for x in suspended.actions} == {"a": 0, "b": 16}
+    actions = PlaceStage(MostFreeGreedy(), Shape.UNIFORM).place(v, Decision((("a", 5), ("b", 5))))
+    assert {x.job: x.gpus for x in actions} == {"a": 4}
 
 
 def test_allocate_holds_counts_to_what_each_job_allows() -> None:
