@@ -33,7 +33,8 @@ from slurm_liquid.sim.curves import KINDS, draw_curve
 from slurm_liquid.sim.oracle import isolated_runtime
 from slurm_liquid.sim.workload import load_pollux_csv
 
-# The catalog model a job of each measured application declares (daemon/elastic.py TRACE_APPS, inverted).
+# The catalog model a job of each measured application declares (benchmarks/speed/fit_priors.py CATALOG,
+# the speed prior's aliases, inverted).
 MODELS = {"cifar10": "resnet18", "imagenet": "resnet50", "bert": "bert-base", "deepspeech2": "deepspeech2",
           "ncf": "ncf", "yolov3": "yolov3"}
 # A declared batch the catalog can estimate on one H100 (the artifact's batches are global over many GPUs).

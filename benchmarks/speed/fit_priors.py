@@ -30,7 +30,7 @@ from slurm_liquid.sim.oracle import packed
 from slurm_liquid.speed.params import ThroughputParams, Widths, bounds, jacobian, predict_log
 
 OUT = Path(__file__).resolve().parents[2] / "slurm_liquid" / "speed" / "priors.json"
-# catalog names of the models the traces measured (the simulator's TRACE_APPS, daemon/elastic.py)
+# catalog names of the models the traces measured: the prior table's aliases (speed.trace_app reads them)
 CATALOG = {"resnet18": "cifar10", "resnet50": "imagenet", "bert-base": "bert", "deepspeech2": "deepspeech2",
            "ncf": "ncf", "yolov3": "yolov3"}
 # prior family -> its reference trace (scaled by the model's parameter count relative to the trace's)

@@ -24,7 +24,6 @@ once the job is seen not held by it:
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -229,12 +228,3 @@ def _placement(text: str) -> dict[str, int]:
 
 def _count(placed: str) -> int:
     return sum(_placement(placed).values())
-
-
-def uniform_placement_sizes(gpus: int, gpus_per_node: int) -> list[tuple[int, int]]:
-    """(nodes, GPUs per node) shapes Slurm can express for `gpus` GPUs, fewest nodes first."""
-    shapes = []
-    for nodes in range(max(1, math.ceil(gpus / max(gpus_per_node, 1))), gpus + 1):
-        if gpus % nodes == 0 and gpus // nodes <= gpus_per_node:
-            shapes.append((nodes, gpus // nodes))
-    return shapes

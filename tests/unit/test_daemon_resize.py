@@ -12,8 +12,8 @@ from unittest.mock import call, create_autospec
 import pytest
 
 from slurm_liquid.daemon.journal import PHASES, Journal
-from slurm_liquid.daemon.resize import (Checkpointing, Resizer, current_allocation,
-                                        uniform_placement_sizes)
+from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation
+from slurm_liquid.loop import slurm_shapes
 from slurm_liquid.ledger import Record, Tag
 from slurm_liquid.slurm import Job, SlurmClient, SlurmError
 
@@ -324,9 +324,9 @@ def test_checkpointing_parses_sbatch_signal_syntax(text, expected: Checkpointing
     (1, 4, [(1, 1)]),
     (7, 8, [(1, 7), (7, 1)]),
 ])
-def test_uniform_placement_sizes_lists_every_even_shape_fewest_nodes_first(gpus: int, per_node: int,
-                                                                           expected: list[tuple[int, int]]) -> None:
-    assert uniform_placement_sizes(gpus, per_node) == expected
+def test_slurm_shapes_list_every_even_shape_fewest_nodes_first(gpus: int, per_node: int,
+                                                               expected: list[tuple[int, int]]) -> None:
+    assert slurm_shapes(gpus, per_node) == expected
 
 
 def test_current_allocation_spreads_the_job_count_evenly_when_slurm_gives_no_per_node_count() -> None:
