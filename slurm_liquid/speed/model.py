@@ -244,7 +244,9 @@ class MeasuredSpeedModel:
     # -- the journal -------------------------------------------------------------------------------
     def _replay(self) -> None:
         assert self.journal is not None
-        gpn, log, store = self.gpus_per_node, math.log, self._store
+        # The GPUs-per-node bound was checked when each line was observed; the daemon learns its nodes
+        # only after it starts (it builds the model with 1), so replay does not check it again.
+        log, store = math.log, self._store
         for record in self.journal.load():
             job = record.get("j")
             g = record.get("g")
@@ -254,7 +256,7 @@ class MeasuredSpeedModel:
                 n, b, sps, at, count = record.get("n"), record.get("b"), record.get("s"), record.get("t"), \
                     record.get("k", 1)
                 if not (type(job) is str and 0 < len(job) <= MAX_JOB_ID and type(g) is int and 0 < g <= MAX_GPUS
-                        and type(n) is int and 0 < n <= g and g <= n * gpn and type(b) is int
+                        and type(n) is int and 0 < n <= g and type(b) is int
                         and 0 < b <= MAX_BATCH and type(sps) in (float, int) and 0 < sps <= MAX_SAMPLES_PER_S
                         and MIN_STEP_S <= b / sps <= MAX_STEP_S and type(at) in (float, int) and -1e11 <= at <= 1e11
                         and type(count) is int and 0 < count <= MAX_CLAIM and job.isprintable()):

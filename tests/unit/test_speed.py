@@ -440,3 +440,14 @@ def test_priors_file_is_the_generators_format():
         data = json.load(fh)
     assert set(data["traces"]) == {"cifar10", "imagenet", "bert", "deepspeech2", "ncf", "yolov3"}
     assert set(data["aliases"]) >= {"resnet18", "resnet50", "bert-base", "deepspeech2", "ncf", "yolov3"}
+
+
+def test_a_restarted_daemon_keeps_what_the_journal_holds_before_it_knows_its_nodes(tmp_path):
+    """The daemon builds its model before it has read Slurm's nodes (GPUs per node 1, set each slot):
+    the journal's 4-GPU-on-1-node observations must survive that replay."""
+    path = tmp_path / "speed.jsonl"
+    first = MeasuredSpeedModel(4, journal=path)
+    assert first.observe(Observation("7", 4, 1, 64, 400.0, 1.0))
+    first.close()
+    again = MeasuredSpeedModel(1, journal=path)
+    assert again.source("7").startswith("measured")
