@@ -169,8 +169,12 @@ class Admitter:
             return
         since = max(tag.placed_at(self.now()) or 0, job.eligible_time.timestamp() if job.eligible_time else 0)
         # A job this daemon just resized is requeued: Slurm restarts it only after the old credential
-        # expires, which is what the site's restart penalty says one change costs.
-        wait = self.config.daemon.lease_s + (self.config.elastic.restart_penalty_s if "change" in tag.extra else 0)
+        # expires (what the site's restart penalty says one change costs), and its new nodes may still
+        # be held by a job resized in the same slot that is finishing its checkpoint (at most the
+        # capped grace).
+        elastic = self.config.elastic
+        wait = self.config.daemon.lease_s + (elastic.restart_penalty_s + elastic.max_grace_s
+                                             if "change" in tag.extra else 0)
         if self.now() - since <= wait:
             return
         note = f"not-started-within-{int(self.config.daemon.lease_s)}s-of-placement:-unpinned-for-Slurm"

@@ -441,7 +441,8 @@ def test_a_placed_job_slurm_did_not_start_within_a_lease_is_unpinned() -> None:
 
 def test_a_resized_job_waiting_for_its_restart_is_not_unpinned() -> None:
     # Resized (the tag names the change) 5 s past the lease: Slurm restarts a requeued job only after
-    # the old credential expires, the restart penalty (150 s by default), so it stays pinned.
+    # the old credential expires (the restart penalty, 150 s by default), and its nodes may wait for
+    # another job's checkpoint (the capped grace, 300 s), so it stays pinned.
     ago = LEASE + 5
     resized = replace(job(58, 4, admin=f"liquid/1 state=placed placed=gpu02:4 at={int(NOW - ago)} change=3",
                           lease_left=-ago), required_nodes=("gpu02",))
