@@ -204,6 +204,8 @@ class Adjuster:
         if self._views is None:
             self._views = JobViews(self._nodes, state)
         usable = self._views.usable(live)
+        if len(usable) == len(state.nodes):
+            return state    # every node is one the job may use (both hold the same slot's node names)
         return ClusterState({name: node for name, node in state.nodes.items() if name in usable})
 
     def _view(self, jobs: list[Job], nodes: list[Node]) -> ClusterView:
