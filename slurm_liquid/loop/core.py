@@ -65,6 +65,7 @@ class Loop:
     # A running job grows only when the speed model says the time it saves on its remaining steps is
     # at least `payback` x the restart penalty (0: no such check; the reference runs of the simulator).
     payback: float = 0.0
+    report_errors: int = 0   # reports the speed model refused by raising (counted, logged, skipped)
 
     def observe(self, backend: Backend) -> ClusterView | None:
         """The back end's view; its progress reports go into the speed model (when it learns), which
@@ -74,10 +75,14 @@ class Loop:
         if view is None or not hasattr(speed, "observe"):
             return view
         for report in backend.reports():
-            if report.observation is not None:
-                speed.observe(report.observation, report.step, report.total, model=report.model)
-            else:
-                speed.record_progress(report.job, report.step, report.total)
+            try:    # a report is its job's claim: one that the model cannot take must not stop the round
+                if report.observation is not None:
+                    speed.observe(report.observation, report.step, report.total, model=report.model)
+                else:
+                    speed.record_progress(report.job, report.step, report.total)
+            except Exception:  # noqa: BLE001
+                self.report_errors += 1
+                log.warning("job %s: progress report not taken", report.job, exc_info=True)
         speed.prepare([j for j in view.jobs if j.elastic])   # one batched fit of what may be resized
         return view
 

@@ -150,3 +150,27 @@ def test_a_growth_that_cannot_pay_for_its_restart_is_not_made() -> None:
     wide = JobView("b", 0, 1, allocation=(("n0", 4),), max_gpus=8)
     shrink = Loop(Wants(("b", 2)), PlaceStage(MostFreeGreedy()), Linear(1), payback=1.0)
     assert shrink.decide(ClusterView(0.0, NODES, (wide,))).actions
+
+
+def test_a_report_the_speed_model_chokes_on_does_not_stop_the_round() -> None:
+    from slurm_liquid.loop import Report
+
+    class Choking(MeasuredSpeedModel):
+        def observe(self, obs, step=None, total=None, *, model=None):
+            if obs.job == "bad":
+                raise ValueError("a report no one foresaw")
+            return super().observe(obs, step, total, model=model)
+
+    class Backend:
+        def observe(self):
+            return ClusterView(0.0, NODES, (JobView("good", 0, 1, allocation=(("n0", 1),), max_gpus=4),))
+
+        def reports(self):
+            from slurm_liquid.speed import Observation
+            return [Report("bad", Observation("bad", 1, 1, 8, 10.0, 0.0)),
+                    Report("good", Observation("good", 1, 1, 8, 10.0, 0.0))]
+
+    speed = Choking(4)
+    loop = Loop(Wants(), PlaceStage(MostFreeGreedy()), speed)
+    assert loop.observe(Backend()) is not None
+    assert loop.report_errors == 1 and speed.source("good").startswith("measured")
