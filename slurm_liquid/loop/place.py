@@ -7,8 +7,9 @@ previous ones took. Two rules come from the back end:
 - `shape`: FREE lets a job take any GPUs per node (the Pollux artifact's simulator, whose published
   numbers depend on it); UNIFORM is what Slurm can express for one job (`--nodes=K --gres=gpu:N`: the
   same N GPUs on each of K nodes), tried fewest nodes first.
-- `eligible`: the nodes one job may use as it sees them (partitions, GPU type, features, free CPUs
-  and memory per GPU on the live cluster: `placement.slurm_rules`); None: every node.
+- `eligible`: the nodes one job may use as it sees them (on the live cluster: up, in its partition,
+  with its GPU type and features, `placement.slurm_rules.JobViews.usable`; free CPUs and memory are
+  not checked when a running job is resized); None: every node.
 
 A job that cannot be placed is suspended if it held GPUs and the back end suspends (the simulator);
 otherwise it stays as it is.
@@ -83,7 +84,6 @@ class PlaceStage:
                 actions.append(Action(job.id, as_allocation(placement)))
             elif job.allocation and suspends:
                 actions.append(Action(job.id))
-
         return actions
 
     def _place(self, job: JobView, gpus: int, state: ClusterState, widest: int) -> Placement | None:
