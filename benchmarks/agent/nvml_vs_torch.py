@@ -78,24 +78,31 @@ def main() -> int:
     parser.add_argument("--models", default="resnet50,bert-base,gpt2")
     parser.add_argument("--batch-sizes", default="16,64")
     parser.add_argument("--precisions", default="fp32,amp")
+    parser.add_argument("--out", type=Path, help="CSV to write (default data/nvml_vs_torch-<gpu>.csv)")
     args = parser.parse_args()
     reader = open_reader("nvml")
     if reader.problem:
         print(f"no GPU readings: {reader.problem}", file=sys.stderr)
         return 2
-    rows = [measure(m, int(b), p, reader) for m in args.models.split(",") for b in args.batch_sizes.split(",")
-            for p in args.precisions.split(",")]
-    name = rows[0]["gpu_name"].lower().replace(" ", "-") if rows else "gpu"
-    target = HERE / "data" / f"nvml_vs_torch-{name}.csv"
-    target.parent.mkdir(exist_ok=True)
-    with target.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
-    for row in rows:
-        print(row)
-    print(f"wrote {target}")
-    return 0
+    rows, failed = [], 0
+    for m in args.models.split(","):
+        for b in args.batch_sizes.split(","):
+            for p in args.precisions.split(","):
+                try:
+                    rows.append(measure(m, int(b), p, reader))
+                except Exception as exc:  # one case that fails (OOM, a missing library) must not lose the others
+                    failed += 1
+                    rows.append({"model": m, "batch-size": b, "precision": p, "error": str(exc)[:300]})
+                print(rows[-1], flush=True)
+                name = next((r["gpu_name"] for r in rows if r.get("gpu_name")), "gpu").lower().replace(" ", "-")
+                target = args.out or HERE / "data" / f"nvml_vs_torch-{name}.csv"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with target.open("w", newline="") as handle:   # rewritten after every case: a timeout keeps what ran
+                    writer = csv.DictWriter(handle, fieldnames=FIELDS + ["error"])
+                    writer.writeheader()
+                    writer.writerows(rows)
+    print(f"wrote {target} ({len(rows) - failed} measured, {failed} failed)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
