@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Mapping
 import hostlist
 
 from slurm_liquid.config import Config
+from slurm_liquid.daemon.pins import pin_window_s, promised
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
@@ -168,14 +169,7 @@ class Admitter:
         if not job.required_nodes:
             return
         since = max(tag.placed_at(self.now()) or 0, job.eligible_time.timestamp() if job.eligible_time else 0)
-        # A job this daemon just resized is requeued: Slurm restarts it only after the old credential
-        # expires (what the site's restart penalty says one change costs), and its new nodes may still
-        # be held by a job resized in the same slot that is finishing its checkpoint (at most the
-        # capped grace).
-        elastic = self.config.elastic
-        wait = self.config.daemon.lease_s + (elastic.restart_penalty_s + elastic.max_grace_s
-                                             if "change" in tag.extra else 0)
-        if self.now() - since <= wait:
+        if self.now() - since <= pin_window_s(tag, self.config):   # longer after a resize (daemon/pins.py)
             return
         note = f"not-started-within-{int(self.config.daemon.lease_s)}s-of-placement:-unpinned-for-Slurm"
         self._write(job, tag.to(TagState.RELEASED, extra={"why": "unpinned"}),
@@ -345,38 +339,14 @@ class Admitter:
     # ------------------------------------------------------------ what is free
 
     def _free_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> ClusterState:
-        """Free GPUs, less those promised to jobs this daemon started that Slurm has not run yet, and
-        to resizes in flight.
-
-        A promise lapses after one lease: a job Slurm could not start by then is blocked by something
-        else (memory, a node going down), and its GPUs should not stay reserved for it.
-        """
+        """Free GPUs, less those promised to jobs this daemon pinned that Slurm has not run yet, and to
+        resizes in flight (`daemon/pins.py`: until the pin lapses)."""
         nodes = list(nodes)
         state = ClusterState.from_nodes(nodes)
-        by_name = {n.name: n for n in nodes}
-        promised: dict[str, int] = dict(self.promised())
-        for job in jobs:
-            if not job.is_pending:
-                continue
-            tag = Tag.parse(job.admin_comment)
-            if not (tag and tag.state == TagState.PLACED):
-                continue
-            at = tag.placed_at(self.now())
-            if at is None or self.now() - at > self.config.daemon.lease_s:
-                continue
-            placement = tag.placement()
-            if placement is None:
-                continue
-            if placement.shards:
-                name = next(iter(placement.nodes))
-                if name in by_name and not by_name[name].shards_alloc:
-                    promised[name] = promised.get(name, 0) + 1   # a share opens one GPU
-                continue
-            for name, gpus in placement.nodes.items():
-                promised[name] = promised.get(name, 0) + gpus
-        if not promised:
+        taken = promised(jobs, {n.name: n for n in nodes}, self.now(), self.config, self.promised())
+        if not taken:
             return state
-        return ClusterState({name: replace(n, gpus_free=max(n.gpus_free - promised.get(name, 0), 0))
+        return ClusterState({name: replace(n, gpus_free=max(n.gpus_free - taken.get(name, 0), 0))
                              for name, n in state.nodes.items()})
 
     def _take_shards(self, state: ClusterState, nodes: Mapping[str, Node], name: str, shards: int) -> ClusterState:

@@ -24,6 +24,7 @@ from typing import Callable, Iterable
 
 from slurm_liquid.config import Config
 from slurm_liquid.daemon.journal import Journal
+from slurm_liquid.daemon.pins import promised
 from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
@@ -231,12 +232,16 @@ class Adjuster:
                 app=trace_app(trusted.model) if trusted else None,
                 batch_size=trusted.batch if trusted else None,
                 epoch=progress.epoch, time_limit_s=job.time_limit_s, started_at=started, gpu_type=job.gpu_type))
-        # A node's GPUs that no listed job holds (shards, jobs without a GPU count) are not free.
+        # A node's GPUs that no listed job holds (shards, jobs without a GPU count) are not free, nor
+        # those pinned jobs and resizes in flight are about to take (daemon/pins.py): a resize planned
+        # onto GPUs a requeued job is about to restart on would wait behind it.
         held: dict[str, int] = {}
         for view in views:
             for name, gpus in view.allocation:
                 held[name] = held.get(name, 0) + gpus
-        node_views = tuple(NodeView(n.name, max(n.gpus - max(n.gpus_alloc - held.get(n.name, 0), 0), 0),
+        taken = promised(jobs, {n.name: n for n in nodes}, now, self.config, self.resizer.in_flight())
+        node_views = tuple(NodeView(n.name, max(n.gpus - max(n.gpus_alloc - held.get(n.name, 0), 0)
+                                                - taken.get(n.name, 0), 0),
                                     self.topology.leaf_of(n.name) if n.name in self.topology else "s0", n.gpu_type)
                            for n in nodes if n.available)
         return ClusterView(now, node_views, tuple(views), self.config.elastic.restart_penalty_s)

@@ -16,7 +16,7 @@ import pytest
 
 from slurm_liquid.ledger import Record
 from slurm_liquid.sim.curves import Curve, formula, shapes
-from tests.integration.cluster import Cluster, wait_for
+from tests.integration.cluster import Cluster, quiesce, snapshot, wait_for
 from tests.integration.test_elastic import RUNS, TRAINER, elastic_cluster  # noqa: F401 -- the fixture
 from tests.integration.test_submission import daemon, sbatch, write
 
@@ -42,6 +42,8 @@ def silent_script() -> str:
 
 def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elastic_cluster: Cluster) -> None:
     cluster = elastic_cluster
+    # The linear job needs two whole nodes: start from an empty, idle cluster whatever ran before.
+    quiesce(cluster)
     daemon(cluster, "stop")
     started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "optimus", "--payback", "1")
     assert started.returncode == 0, started.stderr
@@ -61,7 +63,8 @@ def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elasti
             linear = jobs["linear"]
             return jobs if linear.is_running and linear.gpus == 8 else None
 
-        jobs = wait_for("the linear job to grow to its maximum (8 GPUs)", grown, timeout=420, every=2)
+        jobs = wait_for("the linear job to grow to its maximum (8 GPUs)", grown, timeout=420, every=2,
+                        explain=lambda: f"largest widths seen {seen}\n{snapshot(cluster)}")
         plateau = cluster.client.job(ids["plateau"])
         # It was measured on 2 (and maybe 4, one step past): never more than 3 after that.
         assert seen["plateau"] <= 4 and plateau.gpus <= 3, (seen, plateau.gpus, plateau.comment)
@@ -70,7 +73,8 @@ def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elasti
         assert linear.get("note") == "optimus-slot/speed:measured", jobs["linear"].comment
         silent = wait_for("the silent job to be resized by its prior",
                           lambda: (lambda r: r if r and r.get("resized") else None)(
-                              Record.parse(cluster.client.job(ids["silent"]).comment)), timeout=120, every=2)
+                              Record.parse(cluster.client.job(ids["silent"]).comment)), timeout=120, every=2,
+                          explain=lambda: snapshot(cluster))
         assert silent.get("note") == "optimus-slot/speed:trace:cifar10", silent
     finally:
         cluster.exec("slurmctld", "scancel", *(str(i) for i in ids.values()))

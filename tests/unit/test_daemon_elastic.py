@@ -479,3 +479,28 @@ def test_a_job_about_to_finish_is_not_grown() -> None:
                         progress=lambda job, r=report_of: r, now=lambda: NOW)
         report = work.run_slot()
         assert (report.decided[7] > 2) is grows, (step, report)
+
+
+def requeued(job_id: int, placed: dict[str, int], ago: float, spec: str = "model=resnet50 batch-size=256 elastic=1:2"
+             ) -> Job:
+    """A job this daemon resized `ago` s ago: requeued, pinned to its new nodes, not started yet."""
+    where = format_placed(placed)
+    trusted = TrustedSpec.of(parse_directives(spec), spec, max_grace_s=300, max_gpus=16)
+    tag = Tag(TagState.PLACED, where, int(NOW - ago), trusted, {"change": "1"})
+    return Job(job_id, f"job{job_id}", "alice", "PENDING", gpus=sum(placed.values()),
+               gpus_per_node=max(placed.values()), gpu_type="h100", required_nodes=tuple(placed),
+               comment=f"liquid/1 placed={where} | {spec}", admin_comment=tag.render(), submit_time=at(-600))
+
+
+@pytest.mark.parametrize("ago, gpu01_free", [(40, False), (10_000, True)])
+def test_a_resize_never_takes_the_gpus_a_requeued_job_is_pinned_to(ago: float, gpu01_free: bool) -> None:
+    # Job 9 was resized onto gpu01:2 and waits for Slurm to restart it there (after its old credential
+    # expires); gpu01 looks idle to `scontrol show nodes`. Job 7 growing to 8 must not count on it, or
+    # one of the two waits behind the other. A pin older than its window (daemon/pins.py) promises nothing.
+    jobs = [running(7, {"gpu03": 4}), running(8, {"gpu04": 4}, spec="model=bert-large"),
+            requeued(9, {"gpu01": 2}, ago)]
+    report, client = slot(jobs)
+    new = resized_to(client)
+    assert report.decided.get(7) == 8, report
+    assert ("gpu01" in new) is gpu01_free, new
+    assert sum(new.values()) == 8
