@@ -30,6 +30,7 @@ from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.loop import Loop, PlaceStage, Report, Round, Shape
 from slurm_liquid.placement import ClusterState
+from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
 from slurm_liquid.placement.slurm_rules import JobViews
 from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView
@@ -102,6 +103,7 @@ class Adjuster:
         self._reports: list[Report] = []
         self._measured: set[str] = set()
         self._views: JobViews | None = None
+        self._state = ClusterState({})
         self._report: SlotReport | None = None
 
     def progress(self, job: Job) -> Progress:
@@ -121,7 +123,7 @@ class Adjuster:
             from slurm_liquid import policy
 
             made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
-            place = PlaceStage(self.placer, Shape.UNIFORM, self._eligible)
+            place = PlaceStage(self.placer, Shape.UNIFORM, usable=self._usable)
             self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies,
                               payback=self.config.elastic.payback)
         return self._loop
@@ -195,18 +197,17 @@ class Adjuster:
         """Only running elastic jobs this daemon placed are moved; Slurm starts the others."""
         return job_id.isdigit() and int(job_id) in self._elastic
 
-    def _eligible(self, job: JobView, state: ClusterState) -> ClusterState:
+    def _usable(self, job: JobView) -> frozenset[str] | None:
         """The nodes Slurm would start `job` on (up, partition, GPU type, features): worked out once per
-        slot for each set of rules jobs ask (`JobViews`), then the state cut to them."""
+        slot for each set of rules jobs ask (`JobViews`); None when every node of the slot is one."""
         live = self._jobs.get(job.id)
         if live is None:
-            return state
+            return None
         if self._views is None:
-            self._views = JobViews(self._nodes, state)
+            self._views = JobViews(self._nodes, self._state)
         usable = self._views.usable(live)
-        if len(usable) == len(state.nodes):
-            return state    # every node is one the job may use (both hold the same slot's node names)
-        return ClusterState({name: node for name, node in state.nodes.items() if name in usable})
+        # both hold this slot's node names, `usable` a subset: equal sizes mean every node
+        return None if len(usable) == len(self._state.nodes) else usable
 
     def _view(self, jobs: list[Job], nodes: list[Node]) -> ClusterView:
         now = self.now()
@@ -239,6 +240,8 @@ class Adjuster:
         node_views = tuple(NodeView(n.name, max(n.gpus - max(n.gpus_alloc - held.get(n.name, 0), 0), 0),
                                     self.topology.leaf_of(n.name) if n.name in self.topology else "s0", n.gpu_type)
                            for n in nodes if n.available)
+        # the slot's nodes for the node filter, which reads their names only (JobViews.usable)
+        self._state = ClusterState({v.name: NodeState(v.name, v.gpus, 0, v.gpu_type) for v in node_views})
         return ClusterView(now, node_views, tuple(views), self.config.elastic.restart_penalty_s)
 
     def _observe(self, job: Job, trusted: TrustedSpec, allocation, progress: Progress, now: float) -> None:
