@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from slurm_liquid.config import Config
-from slurm_liquid.daemon.journal import Journal
+from slurm_liquid.daemon.journal import Change, Journal
 from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
@@ -177,6 +177,7 @@ class Adjuster:
         counts = done.decision.counts
         placed = {a.job: a for a in done.actions}
         busy = self.resizer.busy()
+        plans: list[_Planned] = []
         for job_id, item in self._elastic.items():
             key = str(job_id)
             held = sum(current_allocation(item.job).values())
@@ -187,11 +188,14 @@ class Adjuster:
             if key not in counts:
                 continue
             try:
-                self._change(item, held, counts[key], placed.get(key), report)
+                plan = self._change(item, held, counts[key], placed.get(key), report)
             except Exception as exc:  # noqa: BLE001 -- one job must not stop the slot
-                report.failed[job_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                log.warning("job %s: skipped in this slot after an error: %s", job_id, exc,
-                            exc_info=not isinstance(exc, LiquidError))
+                self._failed(job_id, exc, report)
+                continue
+            if plan is not None:
+                plans.append(plan)
+        if plans:
+            self._start(plans, report)
 
     def _applies(self, job_id: str) -> bool:
         """Only running elastic jobs this daemon placed are moved; Slurm starts the others."""
@@ -258,7 +262,9 @@ class Adjuster:
         if observation is not None or progress.step is not None:
             self._reports.append(Report(str(job.job_id), observation, progress.step, progress.total, trusted.model))
 
-    def _change(self, item: ElasticJob, held: int, target: int, action: Action | None, report: SlotReport) -> None:
+    def _change(self, item: ElasticJob, held: int, target: int, action: Action | None,
+                report: SlotReport) -> "_Planned | None":
+        """The resize to start for one job, or None (the reason in `report`)."""
         job, cfg = item.job, self.config.elastic
         if action is None or not action.allocation or action.gpus == held:
             report.skipped[job.job_id] = f"{target} GPUs cannot be placed now"
@@ -291,10 +297,46 @@ class Adjuster:
         # The record says what the decision knew of the job's speed: measured, or which prior.
         source = self.speed.source(str(job.job_id))
         known = "measured" if source.startswith("measured") else source
-        change = self.resizer.start(job, new, item.checkpointing, why=f"{self.config.elastic.policy}-slot/speed:{known}")
-        if change.phase == "done":
-            report.resized[job.job_id] = step
-        elif change.finished:
-            report.skipped[job.job_id] = f"{change.phase}: {change.note}"
-        else:
-            report.started[job.job_id] = f"{step}, {change.phase}"
+        return _Planned(item, new, step, f"{self.config.elastic.policy}-slot/speed:{known}")
+
+    def _start(self, plans: list["_Planned"], report: SlotReport) -> None:
+        """Every planned resize in the journal in one transaction, then the signals in the slot's order
+        (each with its steps as `Resizer.start` sends them) and their marks in another transaction."""
+        changes: list[tuple[_Planned, Change]] = []
+        with self.journal.batch():
+            for plan in plans:
+                job = plan.item.job
+                try:
+                    changes.append((plan, self.resizer.plan(job, plan.new, plan.item.checkpointing, plan.why)))
+                except Exception as exc:  # noqa: BLE001 -- one job must not stop the slot
+                    self._failed(job.job_id, exc, report)
+        with self.journal.batch():
+            for plan, change in changes:
+                job = plan.item.job
+                try:
+                    change = self.resizer.signal(job, change, plan.item.checkpointing)
+                except Exception as exc:  # noqa: BLE001 -- its row stays planned: the next step closes it
+                    self._failed(job.job_id, exc, report)
+                    continue
+                if change.phase == "done":
+                    report.resized[job.job_id] = plan.step
+                elif change.finished:
+                    report.skipped[job.job_id] = f"{change.phase}: {change.note}"
+                else:
+                    report.started[job.job_id] = f"{plan.step}, {change.phase}"
+
+    @staticmethod
+    def _failed(job_id: int, exc: Exception, report: SlotReport) -> None:
+        report.failed[job_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        log.warning("job %s: skipped in this slot after an error: %s", job_id, exc,
+                    exc_info=not isinstance(exc, LiquidError))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A resize the slot will start: checked against the job's range and the change limits."""
+
+    item: ElasticJob
+    new: dict[str, int]
+    step: str       # old->new placement, for the report
+    why: str

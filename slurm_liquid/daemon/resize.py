@@ -75,14 +75,26 @@ class Resizer:
     def start(self, job: Job, new: Mapping[str, int], how: Checkpointing, why: str = "") -> Change:
         """Begin moving `job` to `new` (GPUs per node, uniform): journal it and send the checkpoint
         signal. The rest happens in later `step()` calls; returns the change as it stands."""
+        return self.signal(job, self.plan(job, new, how, why), how)
+
+    def plan(self, job: Job, new: Mapping[str, int], how: Checkpointing, why: str = "") -> Change:
+        """The first half of `start`: the change journaled as planned, nothing sent to Slurm yet (a
+        slot plans all its resizes in one journal batch, then signals them: `Journal.batch`)."""
         old = current_allocation(job)
-        change = self.journal.begin(job.job_id, format_placed(old), format_placed(new), how.grace_s, how.signal, why)
+        return self.journal.begin(job.job_id, format_placed(old), format_placed(new), how.grace_s, how.signal, why)
+
+    def signal(self, job: Job, change: Change, how: Checkpointing) -> Change:
+        """The second half of `start`: send the checkpoint signal of a planned change and mark it; with
+        no grace, the requeue and update follow at once, each step on disk before the next command."""
         try:
             self.client.signal(job.job_id, how.signal)
         except SlurmError as exc:   # a job that did not get the signal just keeps training
             return self.journal.advance(change, "failed", f"signal: {exc}")
         change = self.journal.advance(change, "signalled")
-        return self._step(change) if how.grace_s <= 0 else change
+        if how.grace_s > 0:
+            return change
+        with self.journal.unbatched():
+            return self._step(change)
 
     def in_flight(self) -> dict[str, int]:
         """GPUs that unfinished changes will take beyond what their jobs hold now (node -> GPUs)."""
