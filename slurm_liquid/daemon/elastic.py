@@ -26,6 +26,7 @@ from slurm_liquid.config import Config
 from slurm_liquid.daemon.journal import Change, Journal
 from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation
 from slurm_liquid.errors import LiquidError
+from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.loop import Loop, PlaceStage, Report, Round, Shape
@@ -139,7 +140,8 @@ class Adjuster:
             return report
         self._report = report
         try:
-            done = self.loop.turn(self)
+            with gc_paused():   # as for the pass: many objects, no cycles (slurm_liquid/gcpause.py)
+                done = self.loop.turn(self)
         finally:
             self._report = None
         if done is not None:

@@ -77,7 +77,7 @@ class FreeArrays:
         self.snap = tree.snapshot(state)      # raises for a node the topology does not know
         self.in_state = np.zeros(len(tree.names), dtype=bool)
         self.in_state[[tree.position[name] for name in state.nodes]] = True
-        self._masks: dict[int, tuple[AbstractSet[str], np.ndarray]] = {}
+        self._masks: dict[int, tuple[AbstractSet[str], tuple]] = {}
 
     @property
     def free(self) -> np.ndarray:
@@ -111,23 +111,27 @@ class FreeArrays:
     def mask(self, names: AbstractSet[str]) -> np.ndarray:
         """The positions of `names` that the state holds (cached per set object: the hook's sets are
         shared by the jobs that ask alike)."""
+        return self._cut(names)[0]
+
+    def _cut(self, names: AbstractSet[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+        """(mask, total, GPU type codes, known types) of the nodes cut to `names`: fixed for the round."""
         held = self._masks.get(id(names))
         if held is None or held[0] is not names:
+            snap = self.snap
             mask = np.zeros(len(self.tree.names), dtype=bool)
             mask[[self.tree.position[n] for n in names if n in self.base.nodes]] = True
-            held = self._masks[id(names)] = (names, mask)
+            types = np.where(mask, snap.gpu_type, -1)
+            present = set(np.unique(types).tolist())
+            codes = {t: c for t, c in snap.type_codes.items() if c in present}
+            held = self._masks[id(names)] = (names, (mask, np.where(mask, snap.total, 0), types, codes))
         return held[1]
 
     def seen(self, names: AbstractSet[str] | None) -> Snapshot:
         """A fresh snapshot of the current state cut to `names` (None: every node)."""
-        snap = self.snap
         if names is None:
-            return snap.copy()
-        mask = self.mask(names)
-        types = np.where(mask, snap.gpu_type, -1)
-        present = set(np.unique(types).tolist())
-        codes = {t: c for t, c in snap.type_codes.items() if c in present}
-        return Snapshot(np.where(mask, snap.total, 0), np.where(mask, snap.free, 0), types, codes)
+            return self.snap.copy()
+        mask, total, types, codes = self._cut(names)
+        return Snapshot(total, np.where(mask, self.snap.free, 0), types, codes)
 
     def state(self) -> ClusterState:
         """The current state as a `ClusterState` (what the state path would hold now)."""
