@@ -8,7 +8,9 @@ A resize is a journaled state machine that the daemon advances a step at a time,
 loop (`step()`), never a wait inside one pass: the checkpoint grace a user asks for (capped by
 `[elastic] max_grace_s`) delays that job's resize, never the placement of other jobs or the heartbeat.
 Every step is written to the journal before the next Slurm command, and a change becomes final only
-once the job is seen not held by it:
+once the job is seen not held by it. The slot journals all its resizes as planned in one transaction,
+signals them, then marks them signalled in another (`Journal.batch`): a daemon killed between leaves a
+planned change whose signal may have been sent, which costs that job one checkpoint and nothing else:
 
     phase       job seen        next
     planned     any             the signal was never sent: failed (nothing to undo)
