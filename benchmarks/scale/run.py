@@ -222,8 +222,10 @@ def measure(nodes: int, jobs: int, reps: int, slot_reps: int, profile: Path | No
                                         f"{len(report.renewed)}, released {len(report.released)}, failed {len(report.failed)}, "
                                         f"{len(runner.updates)} updates")
                 elif what == "slot":
+                    batches = getattr(runner_owner.journal, "batches", None)   # None: before Journal.batch
                     measure_.outcome = (f"decided {len(report.decided)}, started {len(report.started)}, skipped "
-                                        f"{len(report.skipped)}, failed {len(report.failed)}, {len(runner.actions)} signals")
+                                        f"{len(report.skipped)}, failed {len(report.failed)}, {len(runner.actions)} signals"
+                                        + (f", {batches} journal batch commits" if batches is not None else ""))
                 if what != "admit":
                     runner_owner.journal.close()
             slot = f"{row.slot.seconds[-1]:.2f} s" if rep < slot_reps else "not run"

@@ -23,14 +23,16 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from slurm_liquid.config import Config
-from slurm_liquid.daemon.journal import Journal
+from slurm_liquid.daemon.journal import Change, Journal
 from slurm_liquid.daemon.pins import promised
 from slurm_liquid.daemon.resize import Checkpointing, Resizer, current_allocation
 from slurm_liquid.errors import LiquidError
+from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.loop import Loop, PlaceStage, Report, Round, Shape
 from slurm_liquid.placement import ClusterState
+from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
 from slurm_liquid.placement.slurm_rules import JobViews
 from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView
@@ -103,6 +105,7 @@ class Adjuster:
         self._reports: list[Report] = []
         self._measured: set[str] = set()
         self._views: JobViews | None = None
+        self._state = ClusterState({})
         self._report: SlotReport | None = None
 
     def progress(self, job: Job) -> Progress:
@@ -122,7 +125,7 @@ class Adjuster:
             from slurm_liquid import policy
 
             made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
-            place = PlaceStage(self.placer, Shape.UNIFORM, self._eligible)
+            place = PlaceStage(self.placer, Shape.UNIFORM, usable=self._usable)
             self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies,
                               payback=self.config.elastic.payback)
         return self._loop
@@ -138,7 +141,8 @@ class Adjuster:
             return report
         self._report = report
         try:
-            done = self.loop.turn(self)
+            with gc_paused():   # as for the pass: many objects, no cycles (slurm_liquid/gcpause.py)
+                done = self.loop.turn(self)
         finally:
             self._report = None
         if done is not None:
@@ -176,6 +180,7 @@ class Adjuster:
         counts = done.decision.counts
         placed = {a.job: a for a in done.actions}
         busy = self.resizer.busy()
+        plans: list[_Planned] = []
         for job_id, item in self._elastic.items():
             key = str(job_id)
             held = sum(current_allocation(item.job).values())
@@ -186,28 +191,30 @@ class Adjuster:
             if key not in counts:
                 continue
             try:
-                self._change(item, held, counts[key], placed.get(key), report)
+                plan = self._change(item, held, counts[key], placed.get(key), report)
             except Exception as exc:  # noqa: BLE001 -- one job must not stop the slot
-                report.failed[job_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
-                log.warning("job %s: skipped in this slot after an error: %s", job_id, exc,
-                            exc_info=not isinstance(exc, LiquidError))
+                self._failed(job_id, exc, report)
+                continue
+            if plan is not None:
+                plans.append(plan)
+        if plans:
+            self._start(plans, report)
 
     def _applies(self, job_id: str) -> bool:
         """Only running elastic jobs this daemon placed are moved; Slurm starts the others."""
         return job_id.isdigit() and int(job_id) in self._elastic
 
-    def _eligible(self, job: JobView, state: ClusterState) -> ClusterState:
+    def _usable(self, job: JobView) -> frozenset[str] | None:
         """The nodes Slurm would start `job` on (up, partition, GPU type, features): worked out once per
-        slot for each set of rules jobs ask (`JobViews`), then the state cut to them."""
+        slot for each set of rules jobs ask (`JobViews`); None when every node of the slot is one."""
         live = self._jobs.get(job.id)
         if live is None:
-            return state
+            return None
         if self._views is None:
-            self._views = JobViews(self._nodes, state)
+            self._views = JobViews(self._nodes, self._state)
         usable = self._views.usable(live)
-        if len(usable) == len(state.nodes):
-            return state    # every node is one the job may use (both hold the same slot's node names)
-        return ClusterState({name: node for name, node in state.nodes.items() if name in usable})
+        # both hold this slot's node names, `usable` a subset: equal sizes mean every node
+        return None if len(usable) == len(self._state.nodes) else usable
 
     def _view(self, jobs: list[Job], nodes: list[Node]) -> ClusterView:
         now = self.now()
@@ -244,6 +251,8 @@ class Adjuster:
                                                 - taken.get(n.name, 0), 0),
                                     self.topology.leaf_of(n.name) if n.name in self.topology else "s0", n.gpu_type)
                            for n in nodes if n.available)
+        # the slot's nodes for the node filter, which reads their names only (JobViews.usable)
+        self._state = ClusterState({v.name: NodeState(v.name, v.gpus, 0, v.gpu_type) for v in node_views})
         return ClusterView(now, node_views, tuple(views), self.config.elastic.restart_penalty_s)
 
     def _observe(self, job: Job, trusted: TrustedSpec, allocation, progress: Progress, now: float) -> None:
@@ -260,7 +269,9 @@ class Adjuster:
         if observation is not None or progress.step is not None:
             self._reports.append(Report(str(job.job_id), observation, progress.step, progress.total, trusted.model))
 
-    def _change(self, item: ElasticJob, held: int, target: int, action: Action | None, report: SlotReport) -> None:
+    def _change(self, item: ElasticJob, held: int, target: int, action: Action | None,
+                report: SlotReport) -> "_Planned | None":
+        """The resize to start for one job, or None (the reason in `report`)."""
         job, cfg = item.job, self.config.elastic
         if action is None or not action.allocation or action.gpus == held:
             report.skipped[job.job_id] = f"{target} GPUs cannot be placed now"
@@ -293,10 +304,46 @@ class Adjuster:
         # The record says what the decision knew of the job's speed: measured, or which prior.
         source = self.speed.source(str(job.job_id))
         known = "measured" if source.startswith("measured") else source
-        change = self.resizer.start(job, new, item.checkpointing, why=f"{self.config.elastic.policy}-slot/speed:{known}")
-        if change.phase == "done":
-            report.resized[job.job_id] = step
-        elif change.finished:
-            report.skipped[job.job_id] = f"{change.phase}: {change.note}"
-        else:
-            report.started[job.job_id] = f"{step}, {change.phase}"
+        return _Planned(item, new, step, f"{self.config.elastic.policy}-slot/speed:{known}")
+
+    def _start(self, plans: list["_Planned"], report: SlotReport) -> None:
+        """Every planned resize in the journal in one transaction, then the signals in the slot's order
+        (each with its steps as `Resizer.start` sends them) and their marks in another transaction."""
+        changes: list[tuple[_Planned, Change]] = []
+        with self.journal.batch():
+            for plan in plans:
+                job = plan.item.job
+                try:
+                    changes.append((plan, self.resizer.plan(job, plan.new, plan.item.checkpointing, plan.why)))
+                except Exception as exc:  # noqa: BLE001 -- one job must not stop the slot
+                    self._failed(job.job_id, exc, report)
+        with self.journal.batch():
+            for plan, change in changes:
+                job = plan.item.job
+                try:
+                    change = self.resizer.signal(job, change, plan.item.checkpointing)
+                except Exception as exc:  # noqa: BLE001 -- its row stays planned: the next step closes it
+                    self._failed(job.job_id, exc, report)
+                    continue
+                if change.phase == "done":
+                    report.resized[job.job_id] = plan.step
+                elif change.finished:
+                    report.skipped[job.job_id] = f"{change.phase}: {change.note}"
+                else:
+                    report.started[job.job_id] = f"{plan.step}, {change.phase}"
+
+    @staticmethod
+    def _failed(job_id: int, exc: Exception, report: SlotReport) -> None:
+        report.failed[job_id] = f"{type(exc).__name__}: {str(exc)[:200]}"
+        log.warning("job %s: skipped in this slot after an error: %s", job_id, exc,
+                    exc_info=not isinstance(exc, LiquidError))
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A resize the slot will start: checked against the job's range and the change limits."""
+
+    item: ElasticJob
+    new: dict[str, int]
+    step: str       # old->new placement, for the report
+    why: str

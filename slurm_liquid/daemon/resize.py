@@ -8,7 +8,9 @@ A resize is a journaled state machine that the daemon advances a step at a time,
 loop (`step()`), never a wait inside one pass: the checkpoint grace a user asks for (capped by
 `[elastic] max_grace_s`) delays that job's resize, never the placement of other jobs or the heartbeat.
 Every step is written to the journal before the next Slurm command, and a change becomes final only
-once the job is seen not held by it:
+once the job is seen not held by it. The slot journals all its resizes as planned in one transaction,
+signals them, then marks them signalled in another (`Journal.batch`): a daemon killed between leaves a
+planned change whose signal may have been sent, which costs that job one checkpoint and nothing else:
 
     phase       job seen        next
     planned     any             the signal was never sent: failed (nothing to undo)
@@ -75,14 +77,26 @@ class Resizer:
     def start(self, job: Job, new: Mapping[str, int], how: Checkpointing, why: str = "") -> Change:
         """Begin moving `job` to `new` (GPUs per node, uniform): journal it and send the checkpoint
         signal. The rest happens in later `step()` calls; returns the change as it stands."""
+        return self.signal(job, self.plan(job, new, how, why), how)
+
+    def plan(self, job: Job, new: Mapping[str, int], how: Checkpointing, why: str = "") -> Change:
+        """The first half of `start`: the change journaled as planned, nothing sent to Slurm yet (a
+        slot plans all its resizes in one journal batch, then signals them: `Journal.batch`)."""
         old = current_allocation(job)
-        change = self.journal.begin(job.job_id, format_placed(old), format_placed(new), how.grace_s, how.signal, why)
+        return self.journal.begin(job.job_id, format_placed(old), format_placed(new), how.grace_s, how.signal, why)
+
+    def signal(self, job: Job, change: Change, how: Checkpointing) -> Change:
+        """The second half of `start`: send the checkpoint signal of a planned change and mark it; with
+        no grace, the requeue and update follow at once, each step on disk before the next command."""
         try:
             self.client.signal(job.job_id, how.signal)
         except SlurmError as exc:   # a job that did not get the signal just keeps training
             return self.journal.advance(change, "failed", f"signal: {exc}")
         change = self.journal.advance(change, "signalled")
-        return self._step(change) if how.grace_s <= 0 else change
+        if how.grace_s > 0:
+            return change
+        with self.journal.unbatched():
+            return self._step(change)
 
     def in_flight(self) -> dict[str, int]:
         """GPUs that unfinished changes will take beyond what their jobs hold now (node -> GPUs)."""

@@ -96,6 +96,16 @@ def integer(value: Any, default: int = 0) -> int:
 
 def count(value: Any, what: str, default: int = 0, high: int = MAX_COUNT) -> int:
     """A count Slurm keeps unsigned: `default` when unset, BadEntry when negative or beyond `high`."""
+    # the common cases first, as `num` reads them (200,000 calls for 20,000 jobs): a set, finite
+    # `{set, infinite, number}` or a plain int in range; anything else goes the long way
+    kind = type(value)
+    if kind is dict:
+        if value.get("set", True) and not value.get("infinite", False):
+            n = value.get("number")
+            if type(n) is int and 0 <= n <= high:
+                return n
+    elif kind is int and 0 <= value <= high:
+        return value
     n = integer(value, default)
     if not 0 <= n <= high:
         raise BadEntry(f"{what}={_short(n)} is out of range")
@@ -141,8 +151,8 @@ def job_states(value: Any) -> tuple[str, tuple[str, ...]]:
 
 def text(value: Any, what: str = "value") -> str:
     """A string field: strings and numbers as text, None as ''; BadEntry for lists and objects."""
-    if value is None:
-        return ""
+    if type(value) is str or value is None:
+        return value or ""
     if isinstance(value, str):
         return value
     if isinstance(value, (int, float)):  # bool included: `true` -> 'True' as before

@@ -504,3 +504,61 @@ def test_a_resize_never_takes_the_gpus_a_requeued_job_is_pinned_to(ago: float, g
     assert report.decided.get(7) == 8, report
     assert ("gpu01" in new) is gpu01_free, new
     assert sum(new.values()) == 8
+
+
+# ---------------------------------------------------------------- one journal transaction per half of the slot
+
+def on_disk(path: Path) -> list[tuple[int, str]]:
+    """(job, phase) of every change as another process would read the journal file now."""
+    import sqlite3
+
+    db = sqlite3.connect(str(path))
+    try:
+        return db.execute("SELECT job_id, phase FROM changes ORDER BY id").fetchall()
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("grace", ["", " signal=USR1@0"])
+def test_every_resize_of_a_slot_is_on_disk_before_its_first_signal(tmp_path: Path, grace: str) -> None:
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path, now=lambda: NOW)
+    jobs = [running(7, {"gpu01": 4}, f"model=resnet50 batch-size=256 elastic=1:8{grace}"),
+            running(6, {"gpu02": 4}, f"model=resnet50 batch-size=256 elastic=1:8{grace}", submitted_ago=8000)]
+    client = slurm(jobs)
+    follow(client, jobs)
+    seen: list[list[tuple[int, str]]] = []
+    client.signal.side_effect = lambda job_id, signal: seen.append(on_disk(path))
+    work = adjuster(client, config(), journal)
+    report = work.run_slot()
+    assert client.signal.call_count == 2
+    # at the first signal both resizes are journaled (planned), none is marked yet
+    assert sorted(seen[0]) == [(6, "planned"), (7, "planned")]
+    if grace:   # no grace: the requeue follows its signal, the mark on disk before it
+        assert report.resized.keys() == {6, 7} and [p for _, p in on_disk(path)] == ["done", "done"]
+        assert (seen[0][0][0], "done") in seen[1]
+    else:
+        assert report.started.keys() == {6, 7} and [p for _, p in on_disk(path)] == ["signalled", "signalled"]
+        assert seen[1] == seen[0]            # the marks go in one transaction, after the signals
+        assert journal.batches == 2
+
+
+def test_a_daemon_killed_between_the_two_transactions_closes_the_planned_resizes_as_failed(tmp_path: Path) -> None:
+    class Killed(BaseException):
+        """The daemon dies at its first signal: nothing after it runs."""
+
+    path = tmp_path / "journal.sqlite"
+    jobs = [running(7, {"gpu01": 4}), running(6, {"gpu02": 4}, submitted_ago=8000)]
+    client = slurm(jobs)
+    follow(client, jobs)
+    client.signal.side_effect = Killed()
+    with pytest.raises(Killed):
+        adjuster(client, config(), Journal(path, now=lambda: NOW)).run_slot()
+    assert sorted(on_disk(path)) == [(6, "planned"), (7, "planned")]
+    # the restarted daemon's first step: a planned change was never signalled as far as it knows
+    restarted = slurm(jobs)
+    follow(restarted, jobs)
+    report = adjuster(restarted, config("static"), Journal(path, now=lambda: NOW)).run_slot()
+    assert sorted(report.reconciled) == [6, 7]
+    assert [p for _, p in on_disk(path)] == ["failed", "failed"]
+    assert changed_jobs(restarted) == set()

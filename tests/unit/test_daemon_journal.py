@@ -106,3 +106,43 @@ def test_the_journal_file_is_in_wal_mode(tmp_path: Path) -> None:
     # WAL is a property of the file: a fresh connection sees it too.
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def rows_on_disk(path: Path) -> list[tuple[int, str]]:
+    with closing(sqlite3.connect(path)) as db:
+        return db.execute("SELECT job_id, phase FROM changes ORDER BY id").fetchall()
+
+
+def test_a_batch_is_one_transaction_on_disk_at_its_end_even_when_it_ends_by_an_error(tmp_path: Path,
+                                                                                      clock: Clock) -> None:
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path, now=clock)
+    with journal.batch():
+        first = journal.begin(1, "gpu01:1", "gpu01:2")
+        with journal.batch():                       # nested: joins the outer one
+            journal.begin(2, "gpu01:1", "gpu01:2")
+        assert journal.get(first.id).phase == "planned"   # its own writes are read back inside
+        assert rows_on_disk(path) == []             # another process sees nothing yet
+    assert rows_on_disk(path) == [(1, "planned"), (2, "planned")] and journal.batches == 1
+    with pytest.raises(RuntimeError):
+        with journal.batch():
+            journal.advance(first, "signalled")
+            raise RuntimeError("the slot failed after its signal was sent")
+    assert rows_on_disk(path)[0] == (1, "signalled")   # what was sent stays written
+
+
+def test_unbatched_writes_each_step_at_once_and_the_batch_goes_on(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "journal.sqlite"
+    journal = Journal(path, now=clock)
+    with journal.batch():
+        change = journal.begin(1, "gpu01:1", "gpu01:2")
+        with journal.unbatched():
+            assert rows_on_disk(path) == [(1, "planned")]      # committed on the way in
+            journal.advance(change, "requeued")
+            assert rows_on_disk(path) == [(1, "requeued")]     # its own transaction
+        journal.begin(2, "gpu01:1", "gpu01:2")
+        assert rows_on_disk(path) == [(1, "requeued")]
+    assert rows_on_disk(path) == [(1, "requeued"), (2, "planned")]
+    with journal.unbatched():                       # outside a batch: nothing to do
+        journal.begin(3, "gpu01:1", "gpu01:2")
+    assert len(rows_on_disk(path)) == 3
