@@ -13,7 +13,8 @@ Ground truth (benchmarks/estimate/data/):
 For each dataset: the prior alone, and prior x learned correction evaluated out of sample, for
 both correction methods (rf, gbr): leave-one-model-out (a model the history lacks; when the set
 has at least 3 models) and leave-one-row-out (a new configuration of a model the history has).
-Error = (estimate - measured) / measured.
+Error = (estimate - measured) / measured. Families: CNN (and detection), ViT/DeiT/Swin, language
+transformers (training, LoRA/QLoRA, inference), and "transformers, all" = vision + language.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from slurm_liquid.estimate.catalog import load_catalog  # noqa: E402
 from slurm_liquid.estimate.learn import estimated_mib, fit_records  # noqa: E402
 from slurm_liquid.estimate.history import Record, read_history  # noqa: E402
 
-GROUPS = {"cnn": "CNN", "vit": "CNN", "detection": "CNN", "encoder": "transformer",
+# vision transformers are reported on their own and counted with the transformers, not the CNNs
+GROUPS = {"cnn": "CNN", "detection": "CNN", "vit": "ViT/DeiT/Swin", "encoder": "transformer",
           "decoder": "transformer", "seq2seq": "transformer"}
+ALL_TRANSFORMERS = "transformers, all (vision + language)"
 QUANTILE = 0.9
 
 
@@ -83,10 +86,14 @@ def error_table(datasets: dict[str, list[Record]], rows_out: list[dict]) -> list
                                  "batch-size": r.spec.batch_size, "precision": r.spec.precision or "fp32",
                                  "measure": r.measure, "measured_mib": round(r.measured_mib, 1),
                                  "estimate_mib": round(e, 1), "rel_error": round(err, 4)})
-            for fam in sorted({group(r) for r in records}) + ["all"]:
-                sel = [err for err, r in zip(errors, records) if fam == "all" or group(r) == fam]
-                if fam == "all" and len({group(r) for r in records}) == 1:
-                    continue
+            groups = sorted({group(r) for r in records})
+            transformer_groups = [g for g in groups if g not in ("CNN", "other")]
+            # the transformer total only where it differs from every single group and from "all"
+            aggregates = ([ALL_TRANSFORMERS] if 1 < len(transformer_groups) < len(groups) else []) + \
+                (["all"] if len(groups) > 1 else [])
+            for fam in groups + aggregates:
+                sel = [err for err, r in zip(errors, records)
+                       if fam == "all" or group(r) == fam or (fam == ALL_TRANSFORMERS and group(r) in transformer_groups)]
                 mean, median, under, n = summary(sel)
                 far = sum(e < -0.05 for e in sel) / len(sel)
                 lines.append(f"| {name} | {fam} | {n} | {label} | {mean:.1%} | {median:.1%} | {under:.0%} | {far:.0%} |")
