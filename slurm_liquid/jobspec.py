@@ -216,6 +216,20 @@ FAMILIES = {
 }
 
 
+_TORCH = re.compile(r"^(?:torch|pytorch|v)?[-=]?(\d{1,2})(?:\.(\d{1,3}))?(?:\.(\d{1,3}))?"
+                    r"(?:\.?(?:dev|a|b|rc|post)\d*)?(?:\+[0-9a-z.]+)?$")
+
+
+def _torch_version(text: str) -> str:
+    """A PyTorch version (`1.7.1`, `2.1.0.dev20230623+cu118`, `torch-1.13`): major.minor[.patch]
+    (build and pre-release tags dropped: the estimator needs the release line only)."""
+    match = _TORCH.match(str(text).strip().lower())
+    if not match:
+        raise ValueError(f"{text!r} is not a PyTorch version like 1.13 or 2.1.0")
+    major, minor, patch = match.groups()
+    return ".".join([major, minor or "0"] + ([patch] if patch else []))
+
+
 def _path(text: str) -> str:
     """A local file path (read by the estimator, never fetched): one line, at most 4096 characters."""
     value = str(text).strip()
@@ -268,6 +282,8 @@ KEYS: dict[str, Key] = {k.name: k for k in (
         "on the tensor-parallel GPUs)"),
     Key("offload", _choice(OFFLOADS), "none, optimizer (states + fp32 master on the CPU), params (weights too)"),
     Key("mode", _choice(MODES), "train (default) or inference (weights + KV cache, no gradients)"),
+    Key("torch", _torch_version, "PyTorch version the job runs (1.7.1, 2.1): versions before 1.10 saved "
+        "GELU's input in fp32 under autocast and no copy for in-place ReLU6 (default: current)"),
     Key("follows-allocation", _bool, "the launcher starts one process per allocated GPU and splits the "
         "global batch over them: only then may adjust mode change the GPU count", is_flag=True),
     Key("epochs", _ranged(1, 1_000_000), "training epochs"),
@@ -333,6 +349,7 @@ class JobSpec:
     sp: int | None = None
     offload: str | None = None
     mode: str | None = None
+    torch: str | None = None
     follows_allocation: bool | None = None
     epochs: int | None = None
     steps: int | None = None

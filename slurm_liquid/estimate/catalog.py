@@ -36,6 +36,9 @@ class ModelEntry:
     seq_len: int = 512                # default sequence length (transformers, rnn)
     act_bytes: float = 0.0            # fp32 bytes saved for backward per sample at image_size
     act_source: str = ""              # where act_bytes comes from
+    # part of act_bytes: the copies of their inputs that in-place hardtanh/ReLU6 saves for backward
+    # since PyTorch 1.10 (pytorch/pytorch#95432); jobs on older PyTorch do not hold them
+    inplace_copy_bytes: float = 0.0
     layers: float = 0                 # transformer: layers (encoder + decoder for seq2seq)
     hidden: float = 0
     heads: float = 0
@@ -114,6 +117,8 @@ class ModelEntry:
             raise UsageError(f"{where}: model {entry.name!r}: family must be one of {', '.join(FAMILIES)}")
         if entry.params <= 0:
             raise UsageError(f"{where}: model {entry.name!r}: params must be positive")
+        if not 0 <= entry.inplace_copy_bytes <= entry.act_bytes:
+            raise UsageError(f"{where}: model {entry.name!r}: inplace_copy_bytes must be between 0 and act_bytes")
         return entry
 
 

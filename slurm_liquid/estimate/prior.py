@@ -55,6 +55,16 @@ INFERENCE_CNN = 0.15       # eval forward of a CNN: a few live feature maps of t
 LORA_RANK = 16
 LORA_TARGETS = 2           # PEFT's and LitGPT's default targets: the query and value projections
 KV_BYTES = {"fp32": 4.0, "fp8": 1.0}
+# PyTorch releases that saved different tensors for backward (spec key torch=; default: current).
+# Until 1.10 autocast ran GELU in fp32 (pytorch/pytorch#59639 took it off the fp32 list): the MLP
+# saved GELU's fp32 input (4 bytes per element) where it now saves the 16-bit one. Since 1.10,
+# in-place hardtanh/ReLU6 saves a copy of its input (pytorch/pytorch#62329, #95432): the
+# catalogue's coefficients, counted on a current PyTorch, hold that copy (`inplace_copy_bytes`).
+GELU_FP32_BEFORE = (1, 10)
+INPLACE_COPY_SINCE = (1, 10)
+# families whose MLP calls torch's gelu op: torchvision/timm ViT, DeiT, Swin (nn.GELU) and
+# BERT-style encoders (hidden_act "gelu"); GPT-2's gelu_new is a tanh formula, T5 uses ReLU
+GELU_FAMILIES = ("vit", "encoder")
 DEFAULT_ACT_BYTES = {"cnn": 60 * MIB, "vit": 70 * MIB, "detection": 300 * MIB, "rnn": 150 * MIB,
                      "recsys": 8e3}
 
@@ -152,6 +162,10 @@ class Layout:
     tp: int
     pp: int
     sp: int
+    torch: tuple[int, ...] = ()  # the job's PyTorch (major, minor); () = current
+
+    def torch_before(self, version: tuple[int, int]) -> bool:
+        return bool(self.torch) and self.torch[:2] < version
 
     @property
     def mixed(self) -> bool:
@@ -161,6 +175,11 @@ class Layout:
     def model_parallel(self) -> int:
         """GPUs one model replica spans (sp=tp is Megatron's sequence parallelism on the same GPUs)."""
         return self.tp * self.pp * (1 if self.sp == self.tp else self.sp)
+
+
+def torch_version(spec: JobSpec) -> tuple[int, ...]:
+    """The job's PyTorch as (major, minor[, patch]); () when not said (current)."""
+    return tuple(int(part) for part in spec.torch.split(".")) if spec.torch else ()
 
 
 def layout(entry: ModelEntry, spec: JobSpec) -> Layout:
@@ -176,7 +195,7 @@ def layout(entry: ModelEntry, spec: JobSpec) -> Layout:
         raise UsageError("offload: params are offloaded by ZeRO-3 or FSDP only: add sharding=zero3 or fsdp "
                          "(or offload=optimizer)")
     return Layout(compute, quant, adapter, inference, spec.attention or entry.default_attention,
-                  spec.tp or 1, spec.pp or 1, spec.sp or 1)
+                  spec.tp or 1, spec.pp or 1, spec.sp or 1, torch_version(spec))
 
 
 def _attention_dims(entry: ModelEntry) -> tuple[float, float, float]:
@@ -198,6 +217,9 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
     f = entry.ffn or 4 * h
     experts_per_token = entry.top_k if entry.experts > 1 else 1
     mlp = (3 * f * wide + f * lin) if entry.gated_mlp else (f * wide + f * lin)
+    if (lay.mixed and lay.compute != "fp8" and not entry.gated_mlp and entry.family in GELU_FAMILIES
+            and lay.torch_before(GELU_FP32_BEFORE)):
+        mlp += f * (4.0 - wide)                     # GELU's input saved in fp32 (old autocast)
     mlp = mlp * experts_per_token + (4 * entry.shared_ffn * wide if entry.shared_ffn else 0)
     if entry.experts > 1:
         mlp += entry.experts * 4.0                  # router logits (fp32)
@@ -291,6 +313,8 @@ def activation_bytes(entry: ModelEntry, spec: JobSpec, micro_batch: int, lay: La
             seq = spec.seq_len or entry.seq_len
         return micro_batch * _transformer_layer_bytes(entry, seq, lay, checkpointing, spec.grad_accum or 1)
     per_sample = entry.act_bytes or DEFAULT_ACT_BYTES.get(entry.family, 60 * MIB)
+    if entry.act_bytes and lay.torch_before(INPLACE_COPY_SINCE):
+        per_sample -= entry.inplace_copy_bytes      # older PyTorch: in-place ReLU6 copied nothing
     if entry.family in ("cnn", "vit", "detection"):
         side = spec.image_size or entry.image_size
         per_sample *= (side / entry.image_size) ** 2
@@ -452,6 +476,9 @@ def resolve(spec: JobSpec, catalog: Catalog) -> tuple[ModelEntry, list[str]]:
                 raise UsageError(f"{exc} (model from {where})" if where else str(exc)) from None
         return synthetic_entry(spec), notes
     entry = with_shape(entry, spec)
+    if spec.torch and torch_version(spec)[:2] < min(GELU_FP32_BEFORE, INPLACE_COPY_SINCE):
+        notes.append(f"torch={spec.torch}: sized for PyTorch before 1.10 (autocast ran GELU in fp32; "
+                     "in-place ReLU6 saved no copy of its input)")
     if spec.params and spec.params != entry.params:
         entry = replace(entry, params=spec.params)
     if spec.family and spec.family != entry.family:

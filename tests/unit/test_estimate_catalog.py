@@ -72,6 +72,8 @@ def test_site_cuda_context_moves_every_estimate(tmp_path):
     ("{not json", "not valid"), (json.dumps({"models": [{"name": "x", "family": "cnn"}]}), "params"),
     (json.dumps({"models": [{"name": "x", "family": "gan", "params": 3}]}), "family"),
     (json.dumps({"models": [{"name": "x", "family": "cnn", "params": 3, "colour": 1}]}), "colour"),
+    (json.dumps({"models": [{"name": "x", "family": "cnn", "params": 3, "act_bytes": 10,
+                             "inplace_copy_bytes": 11}]}), "inplace_copy_bytes"),
 ])
 def test_bad_site_file_names_the_problem(tmp_path, content, field):
     site = tmp_path / "site.json"

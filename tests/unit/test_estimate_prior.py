@@ -131,3 +131,45 @@ def test_does_not_fit_is_reported_not_raised():
     result = estimate(spec(model="llama-3-70b", batch_size=8, seq_len=8192, max_gpus=2), gpu_type="t4",
                       correction="none")
     assert not result.decision.fits and "does not fit" in result.explanation()
+
+
+def test_old_torch_mobilenet_v2_holds_no_relu6_copies():
+    # in-place ReLU6 copies its input for backward since PyTorch 1.10 (the catalogue's coefficient,
+    # counted on a current PyTorch, holds the copies): a job on 1.9 needs exactly that much less
+    entry = CATALOG.lookup("mobilenet_v2")
+    assert entry.inplace_copy_bytes > 0
+    base = dict(model="mobilenet_v2", batch_size=64, precision="fp32")
+    new, v1_10, old = (breakdown(entry, spec(**base, **extra)).activations
+                       for extra in ({}, {"torch": "1.10"}, {"torch": "1.9.1"}))
+    assert new == v1_10 and old == pytest.approx(new - 64 * entry.inplace_copy_bytes)
+    # models without in-place ReLU6 are the same on any PyTorch
+    resnet = CATALOG.lookup("resnet50")
+    assert breakdown(resnet, spec(model="resnet50", batch_size=64, torch="1.5")).total == \
+        breakdown(resnet, spec(model="resnet50", batch_size=64)).total
+
+
+@pytest.mark.parametrize("model", ["deit-base", "swin-t", "bert-base"])
+def test_old_torch_autocast_saves_gelu_input_in_fp32(model):
+    # before PyTorch 1.10 autocast ran GELU in fp32: 2 more bytes per MLP element under mixed
+    # precision, nothing more in fp32 or with a current PyTorch
+    shape = dict(family="vit", layers=12, hidden=768, heads=12) if model == "deit-base" else {}
+    base = dict(model=model, batch_size=32, **shape)
+    for precision, more in (("amp", True), ("fp32", False)):
+        old, new = (breakdown(resolve_entry(s, CATALOG), s).activations
+                    for s in (spec(**base, precision=precision, torch="1.7.1"), spec(**base, precision=precision)))
+        assert (old > new) is more, precision
+    deit = spec(**base, precision="amp", torch="1.7.1")
+    entry = resolve_entry(deit, CATALOG)
+    extra = breakdown(entry, deit).activations - breakdown(entry, spec(**base, precision="amp")).activations
+    tokens = 32 * ((224 // 16) ** 2 + 1)
+    if model == "deit-base":
+        assert extra == pytest.approx(tokens * 12 * 2.0 * entry.ffn)
+
+
+def test_old_torch_leaves_gelu_free_models_alone():
+    # GPT-2 (gelu_new, a tanh formula) and Llama (SiLU, gated) never called the autocast-listed gelu
+    for model in ("gpt2", "llama-2-7b"):
+        entry = CATALOG.lookup(model)
+        old, new = (breakdown(entry, spec(model=model, batch_size=2, seq_len=512, precision="amp", **extra)).total
+                    for extra in ({"torch": "1.8"}, {}))
+        assert old == new, model

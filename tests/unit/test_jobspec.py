@@ -197,3 +197,15 @@ def test_the_script_parser_is_bounded_and_linear() -> None:
         parse_script("#LIQUID model=resnet50\n" * 300)
     spec = parse_script(head + "python train.py 'x\n" * 100 + "python train.py --bs 64\n")
     assert spec.micro_batch is None and any("launcher lines only" in n for n in spec.notes)
+
+
+@pytest.mark.parametrize("text, version", [("1.7.1", "1.7.1"), ("2.1.0.dev20230623+cu118", "2.1.0"),
+                                           ("torch-1.13", "1.13"), ("2", "2.0"), ("1.12.1rc1", "1.12.1")])
+def test_torch_version_key(text, version):
+    assert parse_directives(f"#LIQUID model=resnet50 torch={text}").torch == version
+
+
+@pytest.mark.parametrize("text", ["new", "1..2", "1.7.1.2", "1.7 beta"])
+def test_bad_torch_version_names_the_field(text):
+    with pytest.raises(UsageError, match="torch"):
+        JobSpec.from_values({"torch": text})
