@@ -74,8 +74,10 @@ def run_workload(cluster: Cluster, policy: str, jobs: int = 3, steps: int = 1500
 def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: Cluster, tmp_path) -> None:
     cluster = elastic_cluster
     results = {}
-    for policy in ("dl2", "static"):
-        jct, done = run_workload(cluster, policy)
+    # Static has only to show that it never touches a job: a third of the steps show it as well, and
+    # save CI a minute and a half per Slurm version.
+    for policy, steps in (("dl2", 1500), ("static", 500)):
+        jct, done = run_workload(cluster, policy, steps=steps)
         for job in done:
             assert job.state == "COMPLETED", (policy, job.job_id, job.state)
             log = run_log(cluster, job.job_id)
@@ -102,7 +104,7 @@ def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: C
             seen.setdefault(job.id, set()).add(gpus)
     assert any(len(counts - {0}) > 1 for counts in seen.values()), seen
     print(f"\naverage JCT on Slurm {cluster.slurm}: dl2 {results['dl2'][0]:.0f} s "
-          f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s")
+          f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s (a third of the steps)")
 
 
 def test_a_daemon_killed_mid_resize_leaves_no_job_held(elastic_cluster: Cluster) -> None:
