@@ -100,6 +100,10 @@ SWIN = [
 # catalogue entries of earlier versions whose Hugging Face implementation now defaults to SDPA
 SDPA_BY_DEFAULT = {"bert-base", "bert-large", "roberta-base", "roberta-large", "gpt2", "gpt2-medium",
                    "gpt2-large", "gpt2-xl"}
+# MLP activation `gelu_new`: transformers' NewGELUActivation, a chain of Python ops (config.json's
+# activation_function). Phi-1.5/2 name gelu_new too, but their catalogue rows (and published
+# peaks) are LitGPT's, which calls torch's fused gelu(approximate="tanh"): left fused here
+GELU_NEW = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"}
 # generic names -> the family's base member (resolved with a note)
 GENERIC = {"resnet": "resnet50", "efficientnet": "efficientnet_b0", "inception": "inception_v3",
            "mobilenet": "mobilenet_v2", "densenet": "densenet121", "vgg": "vgg16", "convnext": "convnext_tiny",
@@ -166,6 +170,8 @@ def main() -> int:
             model["kv_heads"] = config["num_key_value_heads"]
         if model["name"] in SDPA_BY_DEFAULT:
             model["attention"] = "sdpa"   # transformers >= 4.36-4.41 use SDPA for these by default
+        if model["name"] in GELU_NEW:
+            model["activation"] = "gelu_new"
     data["generic"] = GENERIC
     path.write_text(json.dumps(data, indent=1) + "\n")
     print(f"{len(new)} shaped entries, {len(GENERIC)} generic names -> {path}")

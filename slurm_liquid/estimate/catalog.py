@@ -54,6 +54,10 @@ class ModelEntry:
     shared_ffn: float = 0             # an always-on shared expert's intermediate size (Qwen-MoE)
     tied: bool = True                 # input embedding shared with the LM head
     dropout: bool | None = None       # trains with dropout (None: not for gated-MLP LLMs)
+    # eager attention casts the fp32 softmax output to the compute dtype before its dropout
+    # (None: by family, see `downcasts_probs`)
+    probs_downcast: bool | None = None
+    activation: str = ""              # MLP activation as the config names it (gelu_new: a chain of ops)
     shared_norm: bool = False         # parallel attention + MLP on one layer norm's output (Phi)
     patch_size: int = 0               # ViT patch side (shape-driven vision transformers)
     stages: tuple[tuple[int, float, float], ...] = ()   # Swin: (depth, dim, heads) per stage
@@ -75,6 +79,17 @@ class ModelEntry:
     @property
     def default_attention(self) -> str:
         return self.attention or ("flash" if self.flash else "eager")
+
+    @property
+    def downcasts_probs(self) -> bool:
+        """Whether eager attention drops out 16-bit probabilities (under autocast). In transformers
+        5.x the decoders (GPT-2: `.type(value.dtype)`; Llama, Mistral, Qwen2, NeoX, OPT, Falcon, Phi,
+        Gemma: `softmax(..., dtype=float32).to(query.dtype)`) and the HF vision transformers (ViT,
+        DeiT, Swin) cast before the dropout; BERT, RoBERTa, DistilBERT, BART and T5 apply dropout to
+        softmax's fp32 output and the next matmul makes the 16-bit copy."""
+        if self.probs_downcast is not None:
+            return self.probs_downcast
+        return self.family in ("decoder", "vit")
 
     @property
     def trains_with_dropout(self) -> bool:

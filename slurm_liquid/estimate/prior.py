@@ -65,6 +65,9 @@ INPLACE_COPY_SINCE = (1, 10)
 # families whose MLP calls torch's gelu op: torchvision/timm ViT, DeiT, Swin (nn.GELU) and
 # BERT-style encoders (hidden_act "gelu"); GPT-2's gelu_new is a tanh formula, T5 uses ReLU
 GELU_FAMILIES = ("vit", "encoder")
+# MLP activations that transformers writes as a chain of Python tensor ops (each op saves its own
+# inputs for backward) rather than one fused kernel: NewGELUActivation (GPT-2's `gelu_new`)
+PYTHON_GELUS = ("gelu_new",)
 DEFAULT_ACT_BYTES = {"cnn": 60 * MIB, "vit": 70 * MIB, "detection": 300 * MIB, "rnn": 150 * MIB,
                      "recsys": 8e3}
 
@@ -204,6 +207,35 @@ def _attention_dims(entry: ModelEntry) -> tuple[float, float, float]:
     return heads, heads * head_dim, (entry.kv_heads or heads) * head_dim
 
 
+def _python_gelu_extra(lay: Layout, wide: float) -> float:
+    """Bytes per MLP-intermediate element that transformers' NewGELUActivation (`gelu_new`, GPT-2:
+    0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3))))) saves beyond a fused gelu, which
+    saves only its input (`f * wide`; the down projection's input, `f * lin`, is common to both).
+
+    The chain saves pow's input, tanh's output, (1 + tanh) and 0.5 * x for the final product. Under
+    autocast pow is on the fp32 list, so its input is an fp32 copy of x (and x itself is saved by
+    nobody) and everything after it up to the product is promoted to fp32; only 0.5 * x stays 16-bit:
+    4 + 4 + 4 + wide - wide = 12 bytes more. In fp32 or pure 16-bit every tensor has the compute
+    width and pow saves x itself: three tensors more, 3 * wide."""
+    if lay.mixed and lay.compute != "fp8":
+        return 3 * 4.0
+    return 3 * wide
+
+
+def _eager_probs_bytes(entry: ModelEntry, dropout: bool) -> float:
+    """Bytes per attention-score element saved by eager attention under autocast (mixed precision).
+
+    softmax is on autocast's fp32 list and saves its fp32 output (4) for its backward. Without
+    dropout the probabilities-times-values matmul saves the 16-bit copy it casts to (2): 6 bytes.
+    With dropout, models that cast the probabilities to the compute dtype first (`downcasts_probs`)
+    keep the 1-byte mask and the 16-bit dropout output the matmul consumes: 4 + 1 + 2 = 7 (the cast
+    before the dropout is saved by nobody); models that drop out the fp32 probabilities (BERT, T5)
+    keep the fp32 dropout output as well before the matmul's 16-bit copy: 4 + 1 + 4 + 2 = 11."""
+    if not dropout:
+        return 4.0 + 2.0
+    return 4.0 + 1.0 + 2.0 if entry.downcasts_probs else 4.0 + 1.0 + 4.0 + 2.0
+
+
 def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: float, q: float, kv: float,
                  score_len: float) -> tuple[float, float]:
     """(replicated, tensor-parallel) activation bytes per token of one layer saved for backward.
@@ -217,6 +249,8 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
     f = entry.ffn or 4 * h
     experts_per_token = entry.top_k if entry.experts > 1 else 1
     mlp = (3 * f * wide + f * lin) if entry.gated_mlp else (f * wide + f * lin)
+    if entry.activation in PYTHON_GELUS and not entry.gated_mlp:
+        mlp += f * _python_gelu_extra(lay, wide)
     if (lay.mixed and lay.compute != "fp8" and not entry.gated_mlp and entry.family in GELU_FAMILIES
             and lay.torch_before(GELU_FP32_BEFORE)):
         mlp += f * (4.0 - wide)                     # GELU's input saved in fp32 (old autocast)
@@ -225,8 +259,8 @@ def _layer_bytes(entry: ModelEntry, lay: Layout, s: float, h: float, heads: floa
         mlp += entry.experts * 4.0                  # router logits (fp32)
     parallel = (q + 2 * kv) * wide + q * lin + mlp  # Q, K, V; out-projection input; MLP
     if lay.attention == "eager":
-        if lay.mixed:                               # fp32 softmax (+ fp32 dropout) + 16-bit copy
-            parallel += heads * score_len * ((9.0 if dropout else 4.0) + 2.0)
+        if lay.mixed:
+            parallel += heads * score_len * _eager_probs_bytes(entry, dropout)
         else:
             parallel += heads * score_len * (2 * wide + 1 if dropout else wide)
     else:

@@ -129,6 +129,7 @@ def fields_from_hf_config(data: Mapping[str, Any], where: str) -> dict[str, Any]
         family=family, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
         ffn=ffn, vocab=vocab, gated_mlp=gated, experts=experts, top_k=top_k, tied=tied,
         lm_head=family in ("decoder", "seq2seq"), attention="eager" if kind in _EAGER else "sdpa",
+        activation=act.lower() if isinstance(act, str) else "",
         dropout=float(_number(config, where, "hidden_dropout_prob", "resid_pdrop", "dropout_rate",
                               "hidden_dropout", "dropout", lo=0, hi=1) or 0) > 0)
     seq = _number(config, where, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", hi=1e8)
