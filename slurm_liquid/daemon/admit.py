@@ -28,7 +28,7 @@ from typing import Callable, Iterable, Mapping
 import hostlist
 
 from slurm_liquid.config import Config
-from slurm_liquid.daemon.pins import pin_window_s, promised
+from slurm_liquid.daemon.pins import pin_lapsed, promised
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
@@ -168,8 +168,7 @@ class Admitter:
         blocked by something the daemon did not see: unpin it, so that Slurm places it as it would."""
         if not job.required_nodes:
             return
-        since = max(tag.placed_at(self.now()) or 0, job.eligible_time.timestamp() if job.eligible_time else 0)
-        if self.now() - since <= pin_window_s(tag, self.config):   # longer after a resize (daemon/pins.py)
+        if not pin_lapsed(job, tag, self.now(), self.config):   # longer after a resize (daemon/pins.py)
             return
         note = f"not-started-within-{int(self.config.daemon.lease_s)}s-of-placement:-unpinned-for-Slurm"
         self._write(job, tag.to(TagState.RELEASED, extra={"why": "unpinned"}),

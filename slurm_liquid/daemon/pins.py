@@ -27,6 +27,17 @@ def pin_window_s(tag: Tag, config: Config) -> float:
     return config.daemon.lease_s + (elastic.restart_penalty_s + elastic.max_grace_s if resized else 0.0)
 
 
+def pin_lapsed(job: Job, tag: Tag, now: float, config: Config) -> bool:
+    """Whether the daemon's pin of pending `job` is past its window, counted from placement or from
+    when Slurm let the job become eligible, whichever is later (a pin without a believable time has
+    lapsed)."""
+    at = tag.placed_at(now)
+    if at is None:
+        return True
+    since = max(at, job.eligible_time.timestamp() if job.eligible_time else 0.0)
+    return now - since > pin_window_s(tag, config)
+
+
 def promised(jobs: Iterable[Job], nodes: Mapping[str, Node], now: float, config: Config,
              extra: Mapping[str, int] | None = None) -> dict[str, int]:
     """GPUs per node that pending jobs pinned by this daemon will take when Slurm starts them, plus
@@ -38,8 +49,7 @@ def promised(jobs: Iterable[Job], nodes: Mapping[str, Node], now: float, config:
         tag = Tag.parse(job.admin_comment)
         if not (tag and tag.state == TagState.PLACED):
             continue
-        at = tag.placed_at(now)
-        if at is None or now - at > pin_window_s(tag, config):
+        if pin_lapsed(job, tag, now, config):
             continue
         placement = tag.placement()
         if placement is None:

@@ -252,13 +252,27 @@ def test_gpus_promised_to_placed_jobs_are_not_given_twice() -> None:
 
 
 def test_a_promise_older_than_a_lease_no_longer_reserves_gpus() -> None:
-    stale = f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - LEASE - 1)}"
-    fresh = f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - 1)}"
-    for admin, expected_free in ((stale, True), (fresh, False)):
-        client = FakeSlurm([job(20, 12, per_node=4, num_nodes=3, admin=admin), job(21, 8, per_node=4, age=9)],
-                           cluster())
+    # The daemon starts a job it placed with StartTime=now: it became eligible when it was placed.
+    stale = (f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - LEASE - 1)}", -LEASE - 1)
+    fresh = (f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - 1)}", -1)
+    for (admin, eligible_in), expected_free in ((stale, True), (fresh, False)):
+        client = FakeSlurm([job(20, 12, per_node=4, num_nodes=3, admin=admin, lease_left=eligible_in),
+                            job(21, 8, per_node=4, age=9)], cluster())
         report = run_pass(client)
         assert (21 in report.placed) is expected_free, admin
+
+
+def test_a_resized_jobs_pin_reserves_its_gpus_until_its_restart_can_have_happened() -> None:
+    # After a resize Slurm restarts the requeued job only once its old credential has expired, and its
+    # new nodes may wait for a job resized with it to checkpoint: its pin holds a lease + the restart
+    # penalty + the capped grace (daemon/pins.py), for the pass as for the elastic slot.
+    window = LEASE + Config().elastic.restart_penalty_s + Config().elastic.max_grace_s
+    for ago, expected_free in ((LEASE + 1, False), (window + 1, True)):
+        admin = f"liquid/1 state=placed placed=gpu[01-03]:4 at={int(NOW - ago)} change=7"
+        client = FakeSlurm([job(20, 12, per_node=4, num_nodes=3, admin=admin, lease_left=-ago),
+                            job(21, 8, per_node=4, age=9)], cluster())
+        report = run_pass(client)
+        assert (21 in report.placed) is expected_free, ago
 
 
 def test_a_promised_share_keeps_one_gpu_of_an_idle_node() -> None:
