@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workload import smoke as smoke_workload  # noqa: E402
 
+from slurm_liquid.config import Config  # noqa: E402
 from slurm_liquid.errors import LiquidError  # noqa: E402
 from slurm_liquid.ledger import Record  # noqa: E402
 from slurm_liquid.slurm import CliBackend, ContainerRunner  # noqa: E402
@@ -54,6 +55,7 @@ PROGRESS = "/shared/slurm-liquid/progress"
 ARMS = ("plain", "liquid", "drf", "dl2")
 GPUS = 16   # the test cluster: 4 nodes x 4 GPUs
 POLICY = {"plain": "static", "liquid": "static", "drf": "drf", "dl2": "dl2"}
+PAYBACK = Config().elastic.payback   # the shipped one
 EVENT = re.compile(r"^standin-trainer: event=(\S+) t=([0-9.]+)(.*)$")
 WRITER = ("import json, os, sys\n"
           "for path, text in json.load(sys.stdin).items():\n"
@@ -101,8 +103,8 @@ class Live:
 
     def restart_daemon(self, policy: str) -> None:
         self.exec("entrypoint.sh", "daemon-stop", check=False)
-        # The shipped payback (1: a growth must save its restart), whatever the test cluster's file says.
-        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", "1", timeout=60)
+        # The shipped payback (a change must save its restart twice over), whatever the test cluster's file says.
+        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", f"{PAYBACK:g}", timeout=60)
 
 
 def job_files(arm: str, job: dict, steps: int) -> tuple[dict[str, str], list[str]]:

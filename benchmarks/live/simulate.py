@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from workload import smoke  # noqa: E402
 
+from slurm_liquid.config import Config  # noqa: E402
 from slurm_liquid.loop import Loop, PlaceStage, Shape  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
 from slurm_liquid.policy.base import ClusterView, Decision  # noqa: E402
@@ -58,7 +59,9 @@ from slurm_liquid.sim.workload import JobSpec  # noqa: E402
 ARMS = ("plain", "liquid", "drf", "dl2")
 # The test cluster's daemon settings (containers/slurm/liquid.toml [elastic]).
 BF_WINDOW_S = 86400.0   # Slurm's default bf_window (1440 minutes)
-DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30, "payback": 1.0}
+# The payback is the shipped one, which run.py gives the live daemon.
+DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30,
+          "payback": Config().elastic.payback}
 # arm -> (policy, placer, decision interval in seconds: the placement pass's; slots come every slot_s)
 # Slurm and the daemon's placement pass both start a job within about a second of its GPUs freeing.
 SETUP = {"plain": ("fifo", "slurm", 1.0), "liquid": ("fifo", "liquid", 1.0),
@@ -70,8 +73,10 @@ class DaemonMirror:
     the loop places them in Slurm's shapes, never suspends a running job, and keeps a job whose target
     cannot be placed):
 
-    - a waiting job starts at the GPUs it asked for as soon as they are free, in arrival order: the
-      daemon's placement pass (and Slurm), at every decision;
+    - a waiting job starts as soon as GPUs are free, in arrival order (the daemon's placement pass, and
+      Slurm, at every decision): a rigid job at the GPUs it asked for, an elastic one at the largest
+      count of its range up to its ask that has a Slurm shape free now (the place stage's rule, and the
+      pass's `Admitter._narrower`);
     - every `slot_s` the policy decides the running jobs' counts; a change is asked only if the job has
       not started or changed in the last `min_change_s` and has changed fewer than `max_per_hour` times
       in the hour (the daemon's `[elastic]` limits). A waiting job is never started by the slot.

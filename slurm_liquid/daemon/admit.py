@@ -33,6 +33,7 @@ from slurm_liquid.errors import LiquidError
 from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
 from slurm_liquid.ledger.placed import format_placed
+from slurm_liquid.loop.place import slurm_shapes
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
@@ -99,6 +100,7 @@ class Admitter:
         self._records: dict[int, Record] = {}
         self._stranded: set[int] = set()
         self._total_gpus = 0
+        self._widest = 1
         # staging (slurm_liquid/staging): predicted nodes of waiting jobs, data holders as a tie-breaker
         self.staging = StagingHints(config, client, self.topology, now)
 
@@ -113,6 +115,7 @@ class Admitter:
         jobs = self.client.jobs()
         nodes = {n.name: n for n in self.client.nodes()}
         self._total_gpus = sum(n.gpus for n in nodes.values())
+        self._widest = max((n.gpus for n in nodes.values()), default=1)
         state = self._free_state(nodes.values(), jobs)
         # each job's view of the nodes (Slurm's rules as a filter), kept current as the pass takes GPUs
         views = JobViews(nodes, state, TreeIndex.of(self.topology))
@@ -246,11 +249,35 @@ class Admitter:
                 and (view.leaf_capacity(request.gpu_type, request.gpus_per_node) >= request.gpus).any():
             # It fits under one leaf switch once that leaf's jobs end: wait for it rather than cross switches.
             proposal = Placement(request.job, None, "waiting for room under one leaf switch")
+        if not proposal.placed and view.usable:
+            proposal = self._narrower(job, request, view, placer, age) or proposal
         if not proposal.placed:
             self._wait(job, age, report)
             return
         self._start(job, dict(proposal.nodes), None, report)
         views.update(_taken(views.state, job, proposal.nodes), proposal.nodes)
+
+    def _narrower(self, job: Job, request: PlacementRequest, view, placer, age: float) -> Placement | None:
+        """An elastic job (`#LIQUID elastic=MIN:MAX`, from the spec it is placed with) that cannot start
+        at the GPUs it asked starts now at the largest count down to MIN that Slurm can express and
+        that fits, rather than wait: set before it ever runs, the count costs no restart, and the slot
+        grows it later when that pays for its requeue. Under one leaf switch while the job is young,
+        as at its asked count. None: the job is rigid, or no count of its range fits now."""
+        free = view.cap     # GPUs free on each node the job may use: a bound that skips hopeless shapes
+        if not free.size or free.max() < 1:
+            return None
+        trusted = self._trusted(self._record(job))
+        if not trusted.elastic or trusted.low >= request.gpus:
+            return None
+        young = age < self.config.daemon.spread_after_s
+        for count in range(min(request.gpus - 1, int(free.sum())), trusted.low - 1, -1):
+            for nodes, per_node in slurm_shapes(count, self._widest):
+                if int((free >= per_node).sum()) < nodes:
+                    continue
+                placement = placer.place_on(view.snapshot(), replace(request, gpus=count, gpus_per_node=per_node))
+                if placement.placed and not (young and self._spans_leaves(placement)):
+                    return placement
+        return None
 
     def _age(self, job: Job) -> float:
         return self.now() - job.submit_time.timestamp() if job.submit_time else 0.0
@@ -266,6 +293,13 @@ class Admitter:
         fields: dict[str, str | int] = {"StartTime": "now"}
         record = self._record(job)
         tag = Tag.parse(job.admin_comment) or Tag(TagState.HELD)
+        if nodes and not shards and sum(nodes.values()) != job.gpus:
+            # An elastic job started inside its range at another count (`_narrower`): Slurm's GPU count
+            # first. If that fails nothing else is written: the job is left alone for a while and, when
+            # its lease ends, Slurm starts it as asked.
+            self.client.resize(job.job_id, next(iter(nodes.values())), num_nodes=len(nodes),
+                               nodes=sorted(nodes), gpu_type=job.gpu_type)
+            record = record.with_fields(started=f"{sum(nodes.values())}of{job.gpus}")
         if nodes:
             placed = Placed(nodes, shards).render()
             fields["ReqNodeList"] = hostlist.collect_hostlist(list(nodes))

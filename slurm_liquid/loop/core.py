@@ -62,8 +62,9 @@ class Loop:
     # The jobs whose moves the back end carries out (None: all). The daemon resizes only its elastic
     # jobs; Slurm starts the others, so planning where they would go is work without an effect.
     applies: Callable[[str], bool] | None = None
-    # A running job grows only when the speed model says the time it saves on its remaining steps is
-    # at least `payback` x the restart penalty (0: no such check; the reference runs of the simulator).
+    # A running job is resized (grown or shrunk) only when the speed model says the time the change
+    # saves it on its remaining steps is at least `payback` x the restart penalty (0: no such check;
+    # the reference runs of the simulator).
     payback: float = 0.0
     report_errors: int = 0   # reports the speed model refused by raising (counted, logged, skipped)
 
@@ -123,14 +124,18 @@ class Loop:
                 count = job.min_gpus
             if count and count == job.allocated:
                 continue
-            if self.payback and job.allocation and count > job.allocated and not self.pays_back(view, job, count):
+            if self.payback and job.allocation and not self.pays_back(view, job, count):
                 continue
             moves.append((job_id, count))
         return Decision(tuple(moves))
 
     def pays_back(self, view: ClusterView, job: JobView, count: int) -> bool:
-        """Whether growing `job` to `count` GPUs saves, on the steps it has left, `payback` times what
-        the restart costs it (under Slurm every change is a requeue). Without a speed model: yes."""
+        """Whether moving `job` to `count` GPUs saves it, on the steps it has left, `payback` times what
+        the restart costs it (under Slurm every change is a requeue). A growth must speed it up that
+        much; a shrink passes only where the job runs that much faster on fewer GPUs (it stopped
+        scaling, or it leaves a cross-node sync): a shrink that slows a job costs it its restart and
+        its speed, and the GPUs it would free serve jobs that start at what is free (elastic ones
+        inside their range) without it. Without a speed model: yes."""
         speed = self.speed
         if speed is None:
             return True

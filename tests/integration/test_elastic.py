@@ -17,7 +17,7 @@ import pytest
 
 from slurm_liquid.policy.dl2.history import history_slots, load_history
 from slurm_liquid.ledger import Record
-from tests.integration.cluster import Cluster, wait_for
+from tests.integration.cluster import Cluster, quiesce, snapshot, wait_for
 from tests.integration.test_submission import daemon, finished, sbatch, write
 
 pytestmark = pytest.mark.integration
@@ -105,6 +105,37 @@ def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: C
     assert any(len(counts - {0}) > 1 for counts in seen.values()), seen
     print(f"\naverage JCT on Slurm {cluster.slurm}: dl2 {results['dl2'][0]:.0f} s "
           f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s (a third of the steps)")
+
+
+def test_an_elastic_job_starts_at_the_gpus_that_are_free_inside_its_range(elastic_cluster: Cluster) -> None:
+    # 14 of 16 GPUs busy with plain jobs: an elastic job asking 4 (elastic=1:8) starts now on the two
+    # free ones, its count set by the daemon before it ever ran (no restart), and its record says so;
+    # the job itself sees two GPUs. A rigid job asking 4 beside it waits.
+    cluster = elastic_cluster
+    quiesce(cluster)
+    blockers = [sbatch(cluster, "bob", "-w", node, f"--gres=gpu:{gpus}", "--wrap", "sleep 300")[0]
+                for node, gpus in (("gpu01", 4), ("gpu02", 4), ("gpu03", 4), ("gpu04", 2))]
+    ids = []
+    try:
+        wait_for("the plain jobs to run", lambda: all(cluster.client.job(b).is_running for b in blockers),
+                 timeout=60, every=1, explain=lambda: snapshot(cluster))
+        write(cluster, "/shared/elastic-start.sh",
+              "#!/bin/bash\n#LIQUID model=resnet18 batch-size=128 elastic=1:8\n"
+              f"echo \"$SLURM_JOB_GPUS\" > {RUNS}/$SLURM_JOB_ID.gpus\nsleep 120\n")
+        write(cluster, "/shared/rigid-start.sh", "#!/bin/bash\n#LIQUID model=resnet18 batch-size=128\nsleep 120\n")
+        ids = [sbatch(cluster, "alice", "--gres=gpu:4", "--requeue", "/shared/elastic-start.sh")[0],
+               sbatch(cluster, "alice", "--gres=gpu:4", "/shared/rigid-start.sh")[0]]
+        elastic = wait_for("the elastic job to start on the two free GPUs", lambda: (
+            lambda j: j if j.is_running else None)(cluster.client.job(ids[0])), timeout=60, every=1,
+            explain=lambda: snapshot(cluster))
+        assert (elastic.gpus, list(elastic.nodes), elastic.restarts) == (2, ["gpu04"], 0), elastic
+        assert Record.parse(elastic.comment).get("started") == "2of4", elastic.comment
+        seen = wait_for("the job to write what it sees", lambda: (lambda p: p.stdout.strip() or None)(
+            cluster.exec("slurmctld", "cat", f"{RUNS}/{ids[0]}.gpus")), timeout=30)
+        assert len(seen.split(",")) == 2, seen
+        assert cluster.client.job(ids[1]).is_pending
+    finally:
+        cluster.exec("slurmctld", "scancel", *(str(i) for i in [*blockers, *ids]))
 
 
 def test_a_daemon_killed_mid_resize_leaves_no_job_held(elastic_cluster: Cluster) -> None:

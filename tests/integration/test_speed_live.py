@@ -45,7 +45,7 @@ def test_measured_speed_grows_the_linear_job_and_holds_the_saturating_one(elasti
     # The linear job needs two whole nodes: start from an empty, idle cluster whatever ran before.
     quiesce(cluster)
     daemon(cluster, "stop")
-    started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "optimus", "--payback", "1")
+    started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "optimus", "--payback", "2")
     assert started.returncode == 0, started.stderr
     ids = {}
     for name, text, gpus in (("plateau", curve_script("plateau2"), 2), ("linear", curve_script("linear"), 2),

@@ -68,6 +68,7 @@ class FakeSlurm:
         self.scripts = scripts or {}
         self.failing = set(failing)
         self.updates: list[tuple[int, dict]] = []
+        self.resizes: list[tuple] = []      # (job, GPUs per node, nodes, node names, GPU type)
         self.script_reads: list[int] = []
 
     def jobs(self, job_ids=None) -> list[Job]:
@@ -86,6 +87,14 @@ class FakeSlurm:
         old = self._jobs[job_id]
         self._jobs[job_id] = replace(old, comment=fields.get("Comment", old.comment),
                                      admin_comment=fields.get("AdminComment", old.admin_comment))
+
+    def resize(self, job_id: int, gpus_per_node: int, num_nodes: int | None = None, nodes=None,
+               gpu_type: str | None = None) -> None:
+        if job_id in self.failing:
+            raise SlurmError(f"`scontrol update JobId={job_id}` exit code 1: Job is no longer pending")
+        self.resizes.append((job_id, gpus_per_node, num_nodes, tuple(nodes or ()), gpu_type))
+        self._jobs[job_id] = replace(self._jobs[job_id], gpus=gpus_per_node * (num_nodes or 1),
+                                     gpus_per_node=gpus_per_node, num_nodes=num_nodes or 1)
 
     def batch_script(self, job_id: int) -> str:
         self.script_reads.append(job_id)
@@ -188,6 +197,50 @@ def test_a_job_that_fits_under_one_leaf_later_does_not_cross_switches_while_youn
     fields = old.only(9)
     assert placed_nodes(fields) == {"gpu01": 2, "gpu03": 2}
     assert Record.parse(fields["Comment"]).get("note") == "2-switch"
+
+
+ELASTIC = f"liquid/1 mode=adjust asked=gpu:h100:4 | {SPEC} elastic=1:8"
+
+
+def test_an_elastic_job_starts_inside_its_range_at_what_is_free_rather_than_wait() -> None:
+    # Two GPUs free (gpu01): the rigid job waits for its 4; the elastic one (elastic=1:8, asked 4)
+    # starts now on the two, its GPU count set before it ever runs (no restart), and says so.
+    busy = cluster(gpu01=2, gpu02=4, gpu03=4, gpu04=4)
+    rigid = FakeSlurm([job(12, 4)], busy)
+    assert run_pass(rigid).waiting == [12] and rigid.resizes == [] and rigid.updates == []
+    client = FakeSlurm([job(13, 4, comment=ELASTIC)], busy)
+    report = run_pass(client)
+    assert client.resizes == [(13, 2, 1, ("gpu01",), "h100")]
+    fields = client.only(13)
+    assert_started_on(fields, {"gpu01": 2})
+    assert Record.parse(fields["Comment"]).get("started") == "2of4"
+    assert Tag.parse(fields["AdminComment"]).trusted.elastic and report.placed == {13: "gpu01:2"}
+
+
+def test_an_elastic_job_never_starts_below_its_minimum_nor_across_switches_while_young() -> None:
+    busy = cluster(gpu01=2, gpu02=4, gpu03=4, gpu04=4)
+    at_least_3 = FakeSlurm([job(14, 4, comment=ELASTIC.replace("elastic=1:8", "elastic=3:8"))], busy)
+    assert run_pass(at_least_3).waiting == [14] and at_least_3.resizes == []
+    # gpu02 and gpu03 have one GPU each, under two leaves: 2 GPUs would cross the spine, 1 does not.
+    split = cluster(gpu01=4, gpu02=3, gpu03=3, gpu04=4)
+    client = FakeSlurm([job(15, 4, comment=ELASTIC)], split)
+    run_pass(client)
+    assert [r[1:3] for r in client.resizes] == [(1, 1)]
+    assert sum(placed_nodes(client.only(15)).values()) == 1
+
+
+def test_an_elastic_job_that_fits_its_ask_is_started_as_asked() -> None:
+    client = FakeSlurm([job(16, 4, comment=ELASTIC)], cluster(gpu01=1))
+    run_pass(client)
+    assert client.resizes == [] and sum(placed_nodes(client.only(16)).values()) == 4
+
+
+def test_an_elastic_start_whose_count_slurm_refuses_is_not_started() -> None:
+    # The count update failed: nothing else is written (no start on nodes it did not get), the error is
+    # counted and the job left alone; its lease ends and Slurm starts it as asked.
+    client = FakeSlurm([job(17, 4, comment=ELASTIC)], cluster(gpu01=2, gpu02=4, gpu03=4, gpu04=4), failing=(17,))
+    report = run_pass(client)
+    assert client.updates == [] and 17 in report.failed and "no longer pending" in report.failed[17]
 
 
 # --- waiting, leases and release -----------------------------------------------------------------

@@ -145,11 +145,28 @@ def test_a_growth_that_cannot_pay_for_its_restart_is_not_made() -> None:
     for left, grows in ((100, True), (40, False)):
         loop = Loop(Wants(("a", 2)), PlaceStage(MostFreeGreedy()), Linear(left), payback=1.0)
         assert bool(loop.decide(v).actions) is grows, left
-    # No check without a payback factor (the simulator's reference runs), and a shrink is never held.
+    # No check without a payback factor (the simulator's reference runs).
     assert Loop(Wants(("a", 2)), PlaceStage(MostFreeGreedy()), Linear(40)).decide(v).actions
-    wide = JobView("b", 0, 1, allocation=(("n0", 4),), max_gpus=8)
-    shrink = Loop(Wants(("b", 2)), PlaceStage(MostFreeGreedy()), Linear(1), payback=1.0)
-    assert shrink.decide(ClusterView(0.0, NODES, (wide,))).actions
+
+
+class Plateau(Linear):
+    """No faster past 2 GPUs and 10% slower on 4: step time 1/min(gpus, 2) x (1 + 0.05 (gpus - 2)+)."""
+
+    def iteration_time(self, job, gpus):
+        return 1.0 / min(gpus, 2) * (1 + 0.05 * max(gpus - 2, 0))
+
+
+def test_a_shrink_is_made_only_where_the_job_itself_gains_its_restart_back() -> None:
+    # Under Slurm a shrink is a requeue too: 4 -> 2 GPUs slows a linear job (never made, however
+    # long it has left), and speeds a job that stopped scaling at 2 by 0.05 s a step: 1,000 steps
+    # save 50 s >= 30 s, 100 steps 5 s < 30 s.
+    wide = JobView("b", 0, 4, allocation=(("n0", 4),), max_gpus=8)
+    v = ClusterView(0.0, NODES, (wide,), restart_penalty_s=30.0)
+    for speed, shrinks in ((Linear(10_000), False), (Plateau(1_000), True), (Plateau(100), False)):
+        loop = Loop(Wants(("b", 2)), PlaceStage(MostFreeGreedy()), speed, payback=1.0)
+        assert bool(loop.decide(v).actions) is shrinks, (type(speed).__name__, speed.left)
+    # Without a payback factor every shrink the policy asks is made.
+    assert Loop(Wants(("b", 2)), PlaceStage(MostFreeGreedy()), Linear(10_000)).decide(v).actions
 
 
 def test_a_report_the_speed_model_chokes_on_does_not_stop_the_round() -> None:
