@@ -1,57 +1,15 @@
 """A reference point for the DL2 benchmark, not a product policy: shortest remaining time first with
-the simulator's oracle.
+the simulator's oracle (`slurm_liquid.policy.srtf.SRTF` on the oracle speed model).
 
-Jobs in order of their remaining run time at the GPU count they asked for (the oracle's exact
-remaining steps x step time) each get that count while it fits; GPUs left over go, one at a
-time, to the admitted job whose remaining time one more GPU cuts most (Optimus's rule). Jobs
-keep their nodes when their count is unchanged. With exact knowledge of every job's remaining
-work this is about as well as a size-based scheduler that keeps each job's batch size can do
-on these workloads; it shows how much of a gap to DRF a learned elastic policy could close.
+With exact knowledge of every job's remaining work this is about as well as a size-based scheduler
+that keeps each job's batch size can do on these workloads; it shows how much of a gap to DRF a
+learned elastic policy could close.
 """
 
 from __future__ import annotations
 
-import heapq
-
-from slurm_liquid.policy.base import ClusterView, Decision, SpeedModel
+from slurm_liquid.policy.srtf import SRTF
 
 
-class OracleSRTF:
+class OracleSRTF(SRTF):
     name = "srtf-oracle"
-
-    def __init__(self, speed: SpeedModel) -> None:
-        self.speed = speed
-
-    def reset(self) -> None:
-        pass
-
-    def allocate(self, view: ClusterView) -> list[int]:
-        jobs, t = view.jobs, self.speed.iteration_time
-        remaining = [self.speed.remaining_iterations(j) for j in jobs]
-
-        def run_time(i: int) -> float:
-            return remaining[i] * t(jobs[i], max(1, jobs[i].allocated or jobs[i].gpus))
-
-        counts, free = [0] * len(jobs), view.total_gpus
-        for i in sorted(range(len(jobs)), key=lambda i: (run_time(i), i)):
-            if jobs[i].gpus <= free:
-                counts[i], free = jobs[i].gpus, free - jobs[i].gpus
-
-        def gain(i: int) -> float:
-            n = counts[i]
-            if not n or n + 1 > jobs[i].upper or jobs[i].app == "ncf":  # ncf runs on one GPU, as under Optimus
-                return 0.0
-            return (t(jobs[i], n) - t(jobs[i], n + 1)) * remaining[i]
-
-        heap = [(-g, i) for i in range(len(jobs)) if (g := gain(i)) > 0]
-        heapq.heapify(heap)
-        while free > 0 and heap:
-            _, i = heapq.heappop(heap)
-            counts[i] += 1
-            free -= 1
-            if (g := gain(i)) > 0:
-                heapq.heappush(heap, (-g, i))
-        return counts
-
-    def decide(self, view: ClusterView) -> Decision:
-        return Decision.resize(view, self.allocate(view))

@@ -88,3 +88,80 @@ def test_teacher_sequence_reproduces_drf_counts():
         checked += 1
         view = sim.step(actions)
     assert checked == 40
+
+
+class _Speed:
+    """Step time = base / gpus up to `flat`, then flat; remaining steps per job id."""
+
+    def __init__(self, remaining: dict[str, float], flat: int = 4) -> None:
+        self.remaining, self.flat = remaining, flat
+
+    def iteration_time(self, job, gpus):
+        return 1.0 / min(gpus, self.flat)
+
+    def remaining_iterations(self, job):
+        return self.remaining[job.id]
+
+
+def test_ranking_columns_place_each_job_among_all_active_ones():
+    from slurm_liquid.policy.dl2.state import ASKED, ASKED_AHEAD, GAIN, OVER_ASK, SRTF_RANK
+
+    view = _view(3, rigid=(1,))  # j1 asks for 2 GPUs, the others for 1
+    speed = _Speed({"j0": 3600.0, "j1": 7200.0, "j2": 360.0})  # run times at the ask: 3600, 3600, 360 s
+    state = SlotState(view, window=4, speed=speed)
+    x = state.matrix()
+    assert list(state.srtf_rank) == [1, 2, 0]  # ties (j0, j1) by arrival
+    assert np.allclose(x[:3, SRTF_RANK], [1 / 4, 2 / 4, 0.0])
+    assert np.allclose(x[:3, ASKED_AHEAD], [1 / 8, 2 / 8, 0.0])  # GPUs asked by the shorter jobs / 8 GPUs
+    assert np.allclose(x[:3, ASKED], [1 / 16, 2 / 16, 1 / 16])
+    assert np.allclose(x[:3, OVER_ASK], [-1 / 4, -2 / 4, -1 / 4])
+    assert x[2, GAIN] == np.log1p(0.5 * 360 / 3600)  # 1 -> 2 GPUs halves 360 steps of 1 s
+    assert x[3, SRTF_RANK] == 0 and x[3, GAIN] == 0  # the stop row
+    state.apply(2)
+    state.apply(2)
+    x = state.matrix()
+    assert x[2, OVER_ASK] == 1 / 4
+    assert x[2, GAIN] == np.log1p((1 / 2 - 1 / 3) * 360 / 3600)
+    assert not SlotState(view, window=4).matrix()[:3, SRTF_RANK].any()  # no speed model: no ranking
+
+
+def test_target_sequence_with_a_priority_fills_the_first_job_before_the_next():
+    valid = np.array([True, True, True, True])
+    assert target_sequence([0, 0, 0], [2, 1, 0], valid) == 0  # least served, first row
+    assert target_sequence([1, 0, 0], [2, 1, 0], valid) == 1
+    assert target_sequence([1, 0, 0], [2, 1, 0], valid, priority=[(0, 1.0), (0, 0.0), (0, 2.0)]) == 1
+    assert target_sequence([1, 1, 0], [2, 1, 0], valid, priority=[(0, 1.0), (1, 0.0), (0, 2.0)]) == 0
+    assert target_sequence([2, 1, 0], [2, 1, 0], valid, priority=[(0, 1.0), (1, 0.0), (0, 2.0)]) == 3  # stop
+
+
+def test_shortest_first_imitation_reproduces_srtf_counts_in_its_own_order():
+    from slurm_liquid.policy.dl2.train import imitation_steps
+
+    sim = Simulator(small_workload(5, jobs=14, gap=20), CONFIG)
+    speed = OracleSpeedModel(4)
+    srtf = make_policy("srtf", speed)
+    view = sim.reset()
+    checked = 0
+    while view is not None and checked < 30:
+        actions = ARTIFACT_PLACE.place(view, srtf.decide(view))
+        target = teacher_counts(view, actions)
+        steps = imitation_steps(view, target, window=32, speed=speed, shortest_first=True)
+        state = SlotState(view, window=32, speed=speed)
+        window_target = state.window_targets(target)
+        asks = [j.gpus for j in state.jobs]
+        first_extra = None
+        for k, step in enumerate(steps):
+            if step.action == len(state.jobs):
+                break
+            i = step.action
+            if state.assigned[i] >= min(asks[i], window_target[i]):
+                first_extra = k if first_extra is None else first_extra
+            else:  # every ask comes before every GPU beyond an ask, shortest job first
+                assert first_extra is None
+                shorter = [r for r in range(len(state.jobs)) if state.srtf_rank[r] < state.srtf_rank[i]]
+                assert all(state.assigned[r] >= min(asks[r], window_target[r]) for r in shorter)
+            state.apply(i)
+        assert state.counts() == target
+        checked += 1
+        view = sim.step(actions)
+    assert checked == 30

@@ -31,11 +31,6 @@ def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = N
     from slurm_liquid.policy.dl2.io import load_policy
 
     params, meta = load_policy(policy_file)
-    if meta.get("action_space", "gpus") != "gpus":
-        from slurm_liquid.errors import UsageError
-
-        raise UsageError(f"policy file {policy_file} is a PS/worker DL2 policy (for the dl2-paper workloads), "
-                         "not one that decides GPU counts")
     return DL2Policy(params, window=int(meta["window"]), order=window_order_of(meta),
                      speed=speed if meta.get("speed", True) else None)
 

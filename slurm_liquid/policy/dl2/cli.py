@@ -12,7 +12,7 @@ from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2 import window_order_of
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, WINDOW_ORDERS
 
-TEACHERS = ("drf", "fifo", "tiresias", "optimus", "sacct")
+TEACHERS = ("drf", "srtf", "fifo", "tiresias", "optimus", "sacct")
 VALIDATION_SEED = 20_000  # Philly sample seeds for RL validation (training draws 10_000+, warm-up 0+)
 HELD_OUT_SHARE = 0.15  # of an accounting history's slots, the latest, for measuring agreement
 

@@ -43,7 +43,10 @@ def save_policy(path: str | Path, params: Params, meta: dict[str, Any],
     return path
 
 
-def load_arrays(path: str | Path, features: int = FEATURES) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def load_arrays(path: str | Path, features: int = FEATURES,
+                action_space: str = "gpus") -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The arrays and metadata of a policy file for `action_space` ("gpus": GPU counts; "ps-worker":
+    the paper replica's), checked in that order: format, action space, version and row width."""
     path = Path(path)
     if not path.is_file():
         raise UsageError(f"policy file {path} does not exist")
@@ -55,15 +58,22 @@ def load_arrays(path: str | Path, features: int = FEATURES) -> tuple[dict[str, n
         raise UsageError(f"policy file {path} is corrupted or not a DL2 policy file ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise UsageError(f"policy file {path} is not a DL2 policy file (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+    space = meta.get("action_space", "gpus")
+    if space != action_space:
+        if space == "ps-worker":
+            raise UsageError(f"policy file {path} is a PS/worker DL2 policy (for the dl2-paper workloads), "
+                             "not one that decides GPU counts")
+        raise UsageError(f"policy file {path} is not a PS/worker DL2 policy (action space {space!r})")
     if meta.get("version") != VERSION or meta.get("features") != features:
         raise UsageError(f"policy file {path} has version {meta.get('version')} with {meta.get('features')} features; "
-                         f"this slurm-liquid reads version {VERSION} with {features} here")
+                         f"this slurm-liquid reads version {VERSION} with {features} here (retrain it, or use the "
+                         "slurm-liquid that wrote it)")
     return arrays, meta
 
 
-def load_policy(path: str | Path, features: int = FEATURES) -> tuple[Params, dict[str, Any]]:
+def load_policy(path: str | Path, features: int = FEATURES, action_space: str = "gpus") -> tuple[Params, dict[str, Any]]:
     """The network weights and metadata of a policy file, checked for consistent shapes."""
-    arrays, meta = load_arrays(path, features)
+    arrays, meta = load_arrays(path, features, action_space)
     layers = int(meta.get("layers", 0))
     names = [f"{p}{i}" for i in range(layers) for p in "Wb"] + ["wp", "bp", "wv", "bv"]
     missing = [n for n in names if n not in arrays]

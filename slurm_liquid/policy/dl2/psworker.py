@@ -168,10 +168,7 @@ class PSWorkerDL2:
 def load_psworker(path: str | Path) -> tuple[Params, dict]:
     from slurm_liquid.policy.dl2.io import load_policy
 
-    params, meta = load_policy(path, features=PS_FEATURES)
-    if meta.get("action_space") != "ps-worker":
-        raise UsageError(f"policy file {path} is not a PS/worker DL2 policy (action space {meta.get('action_space')!r})")
-    return params, meta
+    return load_policy(path, features=PS_FEATURES, action_space="ps-worker")
 
 
 def make_psworker_dl2(policy_file: str | Path | None = None) -> PSWorkerDL2:

@@ -9,7 +9,12 @@ row holds: application (one-hot), time since submission, GPU-hours attained, pro
 over epochs), GPUs held now, GPUs given so far in this slot, how far ahead of the least-served
 unsaturated job it is, whether one more GPU changes its current allocation (a restart), its
 elastic upper bound, arrival rank, restarts, and, where a speed model is known, the marginal
-speed-up of one more GPU and the estimated remaining time. Every row ends with the
+speed-up of one more GPU and the estimated remaining time, and where the job stands in shortest-
+estimated-remaining-time-first order among all active jobs: its rank, the GPUs asked for by the
+jobs ahead of it (over the cluster's) and its own ask, how far what it was given in this slot is
+past its ask, and the time one more GPU saves it. Rank and GPUs ahead are relative: a per-row
+network sees only its own row, and whether a job is among the shortest that fit is a property
+of the others. Every row ends with the
 cluster-wide features: GPUs still free in this slot, active jobs, jobs beyond the window,
 cluster size.
 
@@ -23,19 +28,21 @@ the GPUs it gets (`ClusterConfig.batch_scaling`).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from slurm_liquid.policy.base import ClusterView, JobView, SpeedModel
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
-JOB_FEATURES = 20
+JOB_FEATURES = 25
 GLOBAL_FEATURES = 4
 FEATURES = JOB_FEATURES + GLOBAL_FEATURES
 STOP_FLAG = JOB_FEATURES - 1
 # columns that change within a slot's loop
 ASSIGNED, AHEAD, CHANGES, SPEEDUP, REMAINING, FREE = 10, 11, 12, 16, 17, JOB_FEATURES
+SRTF_RANK, ASKED_AHEAD, ASKED = 19, 20, 21  # fixed within a slot
+OVER_ASK, GAIN = 22, 23  # change with the GPUs given in the slot
 
 
 WINDOW_ORDERS = ("service", "arrival")
@@ -88,12 +95,36 @@ class SlotState:
             row[14] = self.index[i] / window  # arrival rank among the active jobs
             row[15] = math.log1p(job.restarts)
             row[18] = 1.0 if speed is not None else 0.0
+        self.srtf_rank = np.zeros(n, dtype=int)
+        if speed is not None and n:
+            self._srtf_features(view, speed)
         self.base[n, STOP_FLAG] = 1.0
         self.base[:, FREE + 1] = len(view.jobs) / window
         self.base[:, FREE + 2] = len(self.beyond) / window
         self.base[:, FREE + 3] = self.total / 64
 
-    def _speed_features(self, i: int, gpus: int) -> tuple[float, float]:
+    def _srtf_features(self, view: ClusterView, speed: SpeedModel) -> None:
+        """Rank of every window job in shortest-estimated-remaining-time-first order (remaining steps at
+        the GPUs it holds, or asked for when it holds none), and the GPUs asked by the jobs ahead of it."""
+        def run_time(job: JobView) -> float:
+            return speed.remaining_iterations(job) * speed.iteration_time(job, max(1, job.allocated or job.gpus))
+
+        times = [run_time(j) for j in view.jobs]
+        order = sorted(range(len(view.jobs)), key=lambda i: (times[i], i))
+        place = {job_index: rank for rank, job_index in enumerate(order)}
+        ahead, asked_before = 0, {}
+        for i in order:
+            asked_before[i] = ahead
+            ahead += view.jobs[i].gpus
+        for row, job_index in enumerate(self.index[:self.window]):
+            self.srtf_rank[row] = place[job_index]
+            self.base[row, SRTF_RANK] = place[job_index] / self.window
+            self.base[row, ASKED_AHEAD] = asked_before[job_index] / max(1, self.total)
+            self.base[row, ASKED] = view.jobs[job_index].gpus / 16
+
+    def _speed_features(self, i: int, gpus: int) -> tuple[float, float, float]:
+        """At `gpus`: the log speed-up of one more GPU, the remaining time (log1p hours) and the time
+        one more GPU saves over the remaining steps (log1p hours; Optimus's marginal gain)."""
         key = (i, gpus)
         hit = self._speed_cache.get(key)
         if hit is None:
@@ -101,10 +132,15 @@ class SlotState:
             t_now = self.speed.iteration_time(job, g)
             up = min(g + 1, self.upper[i])
             t_up = self.speed.iteration_time(job, up) if up > g else t_now
-            remaining = self.speed.remaining_iterations(job) * t_now
-            hit = (math.log(t_now / t_up) if t_up > 0 and t_now > 0 else 0.0, math.log1p(max(remaining, 0.0) / 3600))
+            steps = max(self.speed.remaining_iterations(job), 0.0)
+            hit = (math.log(t_now / t_up) if t_up > 0 and t_now > 0 else 0.0, math.log1p(steps * t_now / 3600),
+                   math.log1p(max(t_now - t_up, 0.0) * steps / 3600))
             self._speed_cache[key] = hit
         return hit
+
+    def gain(self, i: int) -> float:
+        """The GAIN feature of window row `i` at what it has been given so far (0 without a speed model)."""
+        return self._speed_features(i, int(self.assigned[i]))[2] if self.speed is not None else 0.0
 
     def increment(self, i: int) -> int:
         return self.minimum[i] if self.assigned[i] == 0 else 1
@@ -130,9 +166,10 @@ class SlotState:
             x[:n, ASSIGNED] = self.assigned / 16
             x[:n, AHEAD] = np.clip((self.assigned - floor) / 4, -4, 4)
             x[:n, CHANGES] = self.assigned == self.current
+            x[:n, OVER_ASK] = np.clip((self.assigned - [j.gpus for j in self.jobs]) / 4, -4, 4)
             if self.speed is not None:
                 for i in range(n):
-                    x[i, SPEEDUP], x[i, REMAINING] = self._speed_features(i, int(self.assigned[i]))
+                    x[i, SPEEDUP], x[i, REMAINING], x[i, GAIN] = self._speed_features(i, int(self.assigned[i]))
         x[:, FREE] = self.free / 16
         return x
 
@@ -163,14 +200,20 @@ class SlotState:
 
 
 def target_sequence(assigned: Sequence[int], target: Sequence[int], valid: np.ndarray,
-                    arrival: Sequence[int] | None = None) -> int:
-    """The teacher's next action towards `target` counts: the least-served job still short of
-    its target (ties: earliest `arrival`, default the row order), or stop. This turns any
-    scheduler's allocation into DL2's "+1 GPU" sequence, and for DRF reproduces its
-    water-filling order exactly."""
+                    arrival: Sequence[int] | None = None, priority: Sequence[Any] | None = None) -> int:
+    """The teacher's next action towards `target` counts, or stop. This turns any scheduler's
+    allocation into DL2's "+1 GPU" sequence.
+
+    Without `priority`: the least-served job still short of its target (ties: earliest `arrival`,
+    default the row order), which reproduces DRF's water-filling order exactly. With `priority`
+    (one comparable key per row, lowest first): the job with the lowest key still short of its
+    target. A scheduler that ranks jobs (shortest remaining time first) is learnt in its own
+    order, because a per-row network can score a row by its own rank but cannot know whether
+    every other job has reached its target."""
     rank = range(len(assigned)) if arrival is None else arrival
-    best = -1
-    for i, (a, t) in enumerate(zip(assigned, target)):
-        if a < t and valid[i] and (best < 0 or (a, rank[i]) < (assigned[best], rank[best])):
-            best = i
-    return best if best >= 0 else len(assigned)
+    short = [i for i, (a, t) in enumerate(zip(assigned, target)) if a < t and valid[i]]
+    if not short:
+        return len(assigned)
+    if priority is not None:
+        return min(short, key=lambda i: (priority[i], i))
+    return min(short, key=lambda i: (assigned[i], rank[i]))

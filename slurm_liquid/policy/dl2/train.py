@@ -41,15 +41,21 @@ def philly_workload(seed: int, jobs: int = EVAL_JOBS) -> list[JobSpec]:
 
 
 # -- supervised warm-up ----------------------------------------------------------------------
+SHORTEST_FIRST = ("srtf", "srtf-oracle")  # teachers whose decisions are learnt in their own rank order
+
+
 def teacher_counts(view: ClusterView, actions) -> list[int]:
     new = changed(view, actions)
     return [sum(g for _, g in new.get(j.id, j.allocation)) for j in view.jobs]
 
 
 def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFAULT_WINDOW,
-                    speed: SpeedModel | None = None, order: str = "service") -> list[Step]:
+                    speed: SpeedModel | None = None, order: str = "service",
+                    shortest_first: bool = False) -> list[Step]:
     """One slot of a scheduler's decisions (`counts`, per job of `view.jobs`) as DL2's "+1 GPU"
-    sequence: the (state, action) pairs the warm-up learns from."""
+    sequence: the (state, action) pairs the warm-up learns from. `shortest_first`: fill jobs in
+    shortest-estimated-remaining-time order (for a teacher that ranks jobs so; needs `speed`),
+    else least-served first (DRF's water-filling)."""
     state = SlotState(view, window, speed, order)
     target = state.window_targets(counts)
     steps: list[Step] = []
@@ -57,7 +63,8 @@ def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFA
         valid = state.valid()
         if not valid.any():
             break
-        label = target_sequence(state.assigned, target, valid, state.index[:window])
+        priority = _shortest_first(state, target) if shortest_first else None
+        label = target_sequence(state.assigned, target, valid, state.index[:window], priority)
         if not valid[label]:  # the teacher idles the whole cluster: DL2 cannot, so nothing to learn
             break
         steps.append(Step(state.matrix(), valid, label))
@@ -67,10 +74,24 @@ def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFA
     return steps
 
 
+def _shortest_first(state: SlotState, target: Sequence[int]) -> list[tuple[int, float]]:
+    """The order a shortest-remaining-time teacher's GPUs are learnt in: first every job up to its
+    ask (or its target, if lower), shortest estimated remaining time first; then the GPUs beyond
+    asks, largest time saved first, as the teacher hands them out."""
+    keys = []
+    for i, job in enumerate(state.jobs):
+        if state.assigned[i] < min(target[i], job.gpus):
+            keys.append((0, float(state.srtf_rank[i])))
+        else:
+            keys.append((1, -state.gain(i)))
+    return keys
+
+
 def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterConfig,
                     window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
                     max_slots: int | None = None, order: str = "service") -> list[Step]:
     """Run `teacher` on a workload (at most `max_slots` slots) and learn from every slot."""
+    shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST
     sim = Simulator(specs, config)
     teacher.reset()
     samples: list[Step] = []
@@ -79,7 +100,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
     while view is not None and (max_slots is None or slots < max_slots):
         slots += 1
         actions = ARTIFACT_PLACE.place(view, teacher.decide(view))
-        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order))
+        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first))
         view = sim.step(actions)
     return samples
 
