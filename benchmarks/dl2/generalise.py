@@ -29,6 +29,7 @@ sys.path.insert(0, str(HERE))
 from bound import lp_bound  # noqa: E402
 from reference import OracleSRTF  # noqa: E402
 
+from slurm_liquid.errors import LiquidError  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
 from slurm_liquid.sim.engine import ClusterConfig, Simulator  # noqa: E402
 from slurm_liquid.sim.oracle import OracleSpeedModel  # noqa: E402
@@ -56,10 +57,23 @@ def run_cell(load: float, seeds: list[int], penalty: float, scaling: bool, polic
         specs = workload(load, seed)
         sim = Simulator(specs, config, f"load{load:g}-seed{seed}")
         for name, build in builders.items():
-            per[name][seed] = sim.run(build()).avg_jct_s
+            try:
+                per[name][seed] = sim.run(build()).avg_jct_s
+            except LiquidError as exc:  # a policy that stalls on this workload (the simulator's horizon)
+                print(f"  {exc}", file=sys.stderr, flush=True)
+                per[name][seed] = None
         if bound:
             per["lp-bound"][seed] = lp_bound(specs, config)
-    return {"avg_jct_s": {k: statistics.fmean(v.values()) for k, v in per.items()}, "per_seed": per}
+    # a policy that stalled on any seed has no mean (None, "stalled" in the table)
+    return {"avg_jct_s": {k: None if None in v.values() else statistics.fmean(v.values()) for k, v in per.items()},
+            "per_seed": per}
+
+
+def _share(drf: float | None, dl2: float | None, orc: float | None) -> str:
+    """DL2's share of the oracle reference's margin over DRF; no share where that margin is not positive."""
+    if not (dl2 and drf and orc):
+        return ""
+    return f"{(drf - dl2) / (drf - orc):.0%}" if orc < drf else "n/a (oracle not below DRF)"
 
 
 def table(cells: list[dict]) -> list[str]:
@@ -69,10 +83,10 @@ def table(cells: list[dict]) -> list[str]:
     for c in cells:
         m = c["avg_jct_s"]
         row = f"| {c['penalty']:g} | {'scaling' if c['scaling'] else 'fixed'} | {c['load']:g} | " + \
-            " | ".join(f"{m[n]:.0f}" for n in names)
+            " | ".join("stalled" if m[n] is None else f"{m[n]:.0f}" for n in names)
         dl2, drf, orc, tir, lb = (m.get(k) for k in ("dl2", "drf", "srtf-oracle", "tiresias", "lp-bound"))
         extra = [f"{dl2 / drf - 1:+.1%}" if dl2 and drf else "",
-                 f"{(drf - dl2) / (drf - orc):.0%}" if dl2 and drf and orc and drf != orc else "",
+                 _share(drf, dl2, orc),
                  f"{dl2 / tir - 1:+.1%}" if dl2 and tir else "",
                  f"{drf / lb:.2f}x" if drf and lb else "", f"{dl2 / lb:.2f}x" if dl2 and lb else ""]
         lines.append(row + " | " + " | ".join(extra) + " |")
@@ -102,7 +116,7 @@ def main() -> int:
                 out["cells"].append(cell)
                 Path(args.out).write_text(json.dumps(out, indent=1))  # partial results survive an interrupted run
                 print(f"penalty {penalty:g} {mode} load {load:g}: " +
-                      ", ".join(f"{k} {v:.0f}" for k, v in cell["avg_jct_s"].items()) + f" ({cell['wall_s']:.0f} s)",
+                      ", ".join(f"{k} {'stalled' if v is None else format(v, '.0f')}" for k, v in cell["avg_jct_s"].items()) + f" ({cell['wall_s']:.0f} s)",
                       file=sys.stderr, flush=True)
     print("\n".join(table(out["cells"])))
     return 0

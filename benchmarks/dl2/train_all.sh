@@ -6,39 +6,47 @@
 set -e
 R=benchmarks/dl2/runs
 EP=${EPISODES:-80}
-AEP=${ABLATION_EPISODES:-30}
 RL="--resume"  # the defaults: --lr 3e-5 --entropy 0.001 --updates 16 (1e-4 / 0.01 collapses after ~20 episodes, notes.md)
 mkdir -p $R
-# 1. supervised warm-up on DRF's decisions, 64-row window (one serves both penalties: DRF ignores the penalty)
+# 1. supervised warm-ups, 64-row window: on srtf (shortest estimated remaining time first on the oracle speed
+# model, learnt in its own order; one per restart penalty, since the states a penalty leads to differ), and on
+# DRF (the paper's teacher, kept for comparison and the batch-scaling runs below)
+for P in 30 150; do
+  slurm-liquid policy train --supervised --teacher srtf --restart-penalty $P --out $R/srtf-warm-p$P.npz \
+    --warmup-workloads 8 --warmup-epochs 6 --curves benchmarks/dl2/srtf-warm-p$P
+done
 slurm-liquid policy train --supervised --out $R/warm.npz --warmup-workloads 8 --warmup-epochs 3 --curves benchmarks/dl2/dl2
-# 2. actor-critic RL from the warm-up, one policy per restart penalty (keeps the best validated weights)
-slurm-liquid policy train --rl --init $R/warm.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
-slurm-liquid policy train --rl --init $R/warm.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-p150.npz --curves benchmarks/dl2/rl-p150
+# 1b. the same srtf warm-ups followed by 2 DAgger rounds (srtf labels the states the student itself reaches, on
+# Philly workloads at loads 1, 1.5 and 2); shipped at 150 s, where the warm-up alone thrashes restarts at load 2
+for P in 30 150; do
+  slurm-liquid policy train --supervised --teacher srtf --dagger 2 --restart-penalty $P --out $R/dagger-p$P.npz \
+    --warmup-workloads 8 --warmup-epochs 6
+done
+# 2. actor-critic RL from each srtf warm-up (keeps the best validated weights, the warm start included)
+slurm-liquid policy train --rl --init $R/srtf-warm-p30.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
+slurm-liquid policy train --rl --init $R/srtf-warm-p150.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-p150.npz --curves benchmarks/dl2/rl-p150
 wait
-# 3. the shipping decision: new policies, the warm-up and the shipped files on 8 held-out Philly samples.
+# 3. the shipping decision: new policies, the warm-ups and the shipped files on 8 held-out Philly samples.
 # The shipped files (slurm_liquid/policy/dl2/trained/) are replaced by hand, and only by the best of these;
 # the 8 Pollux workloads never choose (they are the test set).
 for P in 30 150; do
-  python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --baselines drf,tiresias,optimus --out $R/held-out-p$P.json \
-    dl2=$R/rl-p$P.npz warm-up=$R/warm.npz shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
+  python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --reference --baselines drf,tiresias,optimus --out $R/held-out-p$P.json \
+    dl2=$R/rl-p$P.npz warm-up=$R/srtf-warm-p$P.npz drf-warm-up=$R/warm.npz shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
+  python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --baselines "" --out $R/held-out-dagger-p$P.json dagger=$R/dagger-p$P.npz
+  # does it finish under overload? (a policy that keeps restarting jobs never does; the simulator stops it)
+  python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies dl2 --no-bound \
+    --policy-file $R/dagger-p$P.npz --out $R/overload-dagger-p$P.json
 done
 # 4. evaluation on the 8 Pollux workloads against the baselines and the oracle SRTF reference
 for P in 30 150; do
   python benchmarks/dl2/evaluate.py --penalty $P --reference --out $R/eval-rl-p$P.json dl2=$R/rl-p$P.npz \
     shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz &
-  python benchmarks/dl2/evaluate.py --penalty $P --baselines "" --out $R/eval-warm-p$P.json warm-up=$R/warm.npz
+  python benchmarks/dl2/evaluate.py --penalty $P --baselines "" --out $R/eval-warm-p$P.json warm-up=$R/srtf-warm-p$P.npz \
+    dagger=$R/dagger-p$P.npz drf-warm-up=$R/warm.npz
   wait
 done
-# 5. ablations at 30 s (validation curve only), same settings as the full run, whose first 30 episodes
-# are the "full" row (report.py reads rl-p30-rl.csv); without warm-up, RL starts from random weights
-for A in no-critic no-replay; do
-  slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --last --$A --out $R/abl-$A.npz --curves benchmarks/dl2/abl-$A &
-done
-wait
-slurm-liquid policy train --rl --init $R/warm.npz --episodes $AEP $RL --last --no-job-aware --out $R/abl-no-job-aware.npz \
-  --curves benchmarks/dl2/abl-no-job-aware &
-slurm-liquid policy train --rl --episodes $AEP $RL --last --out $R/abl-no-warmup.npz --curves benchmarks/dl2/abl-no-warmup
-wait
+# 5. ablations of the warm-up (teacher, the order its GPUs are learnt in, the ranking columns; held-out samples)
+python benchmarks/dl2/ablate_teacher.py --workloads 4 --epochs 4 --out $R/ablate-teacher.json
 # 6. jobs that pick their own goodput-best batch (--batch-scaling): DRF warm-up and RL for them, chosen on the
 # held-out samples like the others, then every policy on the 8 workloads with and without that policy
 slurm-liquid policy train --supervised --batch-scaling --out $R/warm-bs.npz --warmup-workloads 8 --warmup-epochs 3

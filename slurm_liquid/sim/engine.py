@@ -50,6 +50,10 @@ class ClusterConfig:
     batch_scaling: bool = False
     walltime_factor: float = 2.0  # FIFO time limit = factor x isolated run time + penalty
     node_switch: Mapping[str, str] | None = None  # explicit node -> leaf switch (a Topology)
+    # A run stops with an error once the clock passes the last arrival by this much: a policy that
+    # restarts jobs faster than they can run (a change every slot, a restart longer than a slot)
+    # would otherwise never finish. The Pollux workloads end within about a day of their last arrival.
+    horizon_s: float = 14 * 86400.0
 
     def __post_init__(self) -> None:
         if self.nodes <= 0 or self.gpus_per_node <= 0:
@@ -175,7 +179,13 @@ class Simulator:
 
             bar = tqdm(total=len(self.jobs), desc=f"{policy.name} {self.name}", unit="job", leave=False)
         done = 0
+        horizon = max((j.spec.time for j in self.jobs), default=0.0) + self.config.horizon_s
         while loop.turn(backend) is not None:
+            if self.clock > horizon:
+                left = sum(1 for j in self.jobs if j.completion is None)
+                raise LiquidError(f"policy {policy.name} left {left} of {len(self.jobs)} jobs of {self.name} unfinished "
+                                  f"{self.config.horizon_s / 86400:g} simulated days after the last arrival "
+                                  f"(restarts so far: {sum(j.restarts or 0 for j in self.jobs)}); it stalls on this workload")
             if bar is not None:
                 bar.update(self.completed - done)
                 done = self.completed

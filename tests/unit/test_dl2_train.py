@@ -145,3 +145,45 @@ def test_shipped_policies_load_and_match_the_restart_penalty():
         params, meta = load_policy(path)
         assert path.stat().st_size < 2_000_000
         assert "Philly" in meta["training"]["workloads"] and meta["restart_penalty"] in (30.0, 150.0)
+
+
+def test_dagger_labels_the_states_the_student_reaches_with_the_teachers_counts():
+    from slurm_liquid.policy.dl2.train import collect_on_policy, teacher_counts, ARTIFACT_PLACE
+    from slurm_liquid.policy.dl2.state import SlotState
+
+    specs = small_workload(7, jobs=12, gap=30)
+    srtf = make_policy("srtf", SPEED)
+    student = DL2Policy(new_params(32, 1, seed=3), window=32, speed=SPEED)  # untrained: far from the teacher
+    steps = collect_on_policy(specs, student, srtf, CONFIG, 32, SPEED, max_slots=30)
+    own = collect_teacher(specs, srtf, CONFIG, 32, SPEED, max_slots=30)
+    assert steps and own
+    assert any(a.x.shape != b.x.shape or not np.array_equal(a.x, b.x) for a, b in zip(steps, own))  # the student's states
+    # each slot's labels lead to the teacher's counts for the student's view: replay the first slot
+    sim = Simulator(specs, CONFIG)
+    view = sim.reset()
+    target = teacher_counts(view, ARTIFACT_PLACE.place(view, srtf.decide(view)))
+    state = SlotState(view, 32, SPEED)
+    for step in steps:
+        if step.action == len(state.jobs):
+            break
+        state.apply(step.action)
+    assert state.counts() == target
+
+
+def test_dagger_on_the_command_line_records_its_rounds_and_refuses_bad_loads(tmp_path, capsys):
+    from slurm_liquid.cli import main
+    from slurm_liquid.policy.dl2.io import load_policy
+
+    out = tmp_path / "d.npz"
+    base = ["policy", "train", "--supervised", "--teacher", "srtf", "--out", str(out), "--jobs", "10",
+            "--warmup-workloads", "1", "--warmup-epochs", "2", "--hidden", "8"]
+    assert main(base + ["--dagger", "1", "--dagger-loads", "0.1"]) == 0
+    meta = load_policy(out)[1]
+    assert meta["training"]["dagger"]["rounds"] == 1 and meta["training"]["dagger"]["loads"] == [0.1]
+    assert meta["stages"][-1] == "1 DAgger rounds on srtf"
+    out.unlink()
+    assert main(base + ["--dagger", "1", "--dagger-loads", "x"]) == 2
+    assert "--dagger-loads 'x'" in capsys.readouterr().err
+    assert main(["policy", "train", "--supervised", "--teacher", "sacct", "--history", "h.json", "--dagger", "1",
+                 "--out", str(out)]) == 2
+    assert not out.exists()

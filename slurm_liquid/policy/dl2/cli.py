@@ -33,6 +33,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="train with jobs that pick their own goodput-best batch (as `simulate --batch-scaling`)")
     t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
     t.add_argument("--warmup-epochs", type=int, default=8, metavar="N")
+    t.add_argument("--dagger", type=int, default=0, metavar="ROUNDS",
+                   help="after the warm-up, ROUNDS of DAgger: run the student, add the teacher's labels of the "
+                        "states it reached, train again (default 0)")
+    t.add_argument("--dagger-loads", default="1,1.5,2", metavar="L,L,...",
+                   help="loads of the Philly samples each DAgger round runs, one sample per load (default 1,1.5,2)")
     t.add_argument("--episodes", type=int, default=80, metavar="N", help="RL episodes (default 80)")
     t.add_argument("--jobs", type=int, default=160, metavar="N",
                    help="Philly jobs per training workload (default 160, as each evaluation workload)")
@@ -99,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     for name in ("window", "validation_workloads", "validation_jobs", "jobs", "episodes"):
         if getattr(args, name) < 1:
             raise UsageError(f"policy train: --{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    if args.dagger:
+        if args.dagger < 0 or not args.supervised or args.teacher == "sacct":
+            raise UsageError("policy train: --dagger ROUNDS (>= 0) goes with --supervised and a simulated --teacher")
+        dagger_loads(args.dagger_loads)
     if args.rl and not args.supervised and not args.init:
         print("note: RL from random weights (no --supervised, no --init)", file=sys.stderr)
     return train(args, load_policy)
@@ -136,6 +145,9 @@ def train(args: argparse.Namespace, load_policy) -> int:
         res = T.supervised(params, train_steps, held, epochs=args.warmup_epochs, lr=args.lr or 1e-3,
                            seed=args.seed, progress=_say)
         meta["stages"].append(f"supervised on {args.teacher}")
+        if args.dagger:
+            res = _dagger(args, config, speed, meta, params, train_steps, held)
+            meta["stages"].append(f"{args.dagger} DAgger rounds on {args.teacher}")
         meta["training"]["warmup"] = {"teacher": args.teacher, **source, "decisions": len(train_steps),
                                       "held_out_agreement": res.curve[-1]["held_out_agreement"] if res.curve else None}
         if args.curves:
@@ -207,6 +219,46 @@ def _teacher_steps(args: argparse.Namespace, config, speed, meta: dict) -> tuple
         _say({"stage": "collect", "workload": k + 1, "of": len(seeds), "decisions": len(steps[-1])})
     return ([x for chunk in steps[:-2] for x in chunk], [x for chunk in steps[-2:] for x in chunk],
             {"philly_seeds": seeds[:-2], "held_out_seeds": seeds[-2:], "jobs": args.jobs})
+
+
+def dagger_loads(text: str) -> list[float]:
+    try:
+        loads = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        loads = []
+    if not loads or min(loads) <= 0 or max(loads) > 8:
+        raise UsageError(f"policy train: --dagger-loads {text!r}: give loads between 0 and 8, e.g. 1,1.5,2")
+    return loads
+
+
+def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_steps: list, held: list):
+    """DAgger rounds after a simulated teacher's warm-up (`train.collect_on_policy`). The samples are
+    Philly workloads at `--dagger-loads` (seeds 5000 on, apart from the warm-up's), so the student also
+    meets the crowded states of loads above the training one."""
+    from slurm_liquid.policy import make_policy
+    from slurm_liquid.policy.dl2 import train as T
+    from slurm_liquid.policy.dl2.agent import DL2Policy
+    from slurm_liquid.sim.workload import sample_philly
+
+    loads = dagger_loads(args.dagger_loads)
+    teacher = make_policy(args.teacher, speed)
+    seeds = []
+    res = None
+    for r in range(args.dagger):
+        student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"])
+        for k, load in enumerate(loads):
+            seed = 5000 + args.seed * 1000 + r * len(loads) + k
+            seeds.append(seed)
+            found = T.collect_on_policy(sample_philly(jobs=max(1, round(T.EVAL_JOBS * load)), seed=seed), student,
+                                        teacher, config, int(meta["window"]), speed, order=meta["window_order"])
+            train_steps = train_steps + found
+            _say({"stage": "dagger", "round": r + 1, "load": load, "decisions": len(found)})
+        res = T.supervised(params, train_steps, held, epochs=max(1, args.warmup_epochs // 2), lr=args.lr or 1e-3,
+                           seed=args.seed + r + 1, progress=_say)
+    meta["training"]["dagger"] = {"rounds": args.dagger, "loads": loads, "philly_seeds": seeds,
+                                  "decisions": len(train_steps),
+                                  "held_out_agreement": res.curve[-1]["held_out_agreement"] if res and res.curve else None}
+    return res
 
 
 def _history_steps(path: str, config, meta: dict) -> tuple[list, list, dict]:

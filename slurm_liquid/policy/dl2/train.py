@@ -105,6 +105,28 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
     return samples
 
 
+def collect_on_policy(specs: Sequence[JobSpec], student: DL2Policy, teacher: Policy, config: ClusterConfig,
+                      window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None, max_slots: int = 1500,
+                      order: str = "service") -> list[Step]:
+    """DAgger (Ross, Gordon and Bagnell, 2011): run the student and label every slot it reaches with the
+    teacher's counts for that slot. Imitation alone only ever sees the teacher's own states; a
+    student that errs drifts to states (jobs restarted over and over, one job holding every GPU) the
+    teacher never visited and where nothing taught it. `max_slots` bounds a student that thrashes."""
+    shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST
+    sim = Simulator(specs, config)
+    teacher.reset()
+    student.reset()
+    samples: list[Step] = []
+    view = sim.reset()
+    slots = 0
+    while view is not None and slots < max_slots:
+        slots += 1
+        target = teacher_counts(view, ARTIFACT_PLACE.place(view, teacher.decide(view)))
+        samples.extend(imitation_steps(view, target, window, speed, order, shortest_first))
+        view = sim.step(ARTIFACT_PLACE.place(view, student.decide(view)))
+    return samples
+
+
 def batch(steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pad states to a common row count: x (B, R, D), present, valid (B, R), actions (B,)."""
     rows = max(len(s.x) for s in steps)
