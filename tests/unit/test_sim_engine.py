@@ -155,14 +155,7 @@ def test_speed_aware_policies_run_jobs_that_scale_their_batch(name) -> None:
 
 def test_a_policy_that_restarts_jobs_every_slot_stops_at_the_horizon_with_one_message():
     """A restart longer than a slot and a change every slot: no job ever runs. The run must end."""
-    import dataclasses as _dc
-
-    import pytest as _pytest
-
-    from slurm_liquid.errors import LiquidError
     from slurm_liquid.policy.base import Decision
-    from slurm_liquid.sim.engine import ClusterConfig, Simulator
-    from slurm_liquid.sim.workload import JobSpec
 
     class Flip:
         name = "flip"
@@ -177,7 +170,7 @@ def test_a_policy_that_restarts_jobs_every_slot_stops_at_the_horizon_with_one_me
             self.k += 1
             return Decision.resize(view, [1 + (self.k + i) % 2 for i in range(len(view.jobs))])
 
-    config = _dc.replace(ClusterConfig(nodes=1, gpus_per_node=4), restart_penalty=150.0, horizon_s=3600.0)
+    config = ClusterConfig(nodes=1, gpus_per_node=4, restart_penalty=150.0, horizon_s=3600.0)
     sim = Simulator([JobSpec("c-0", 0.0, "cifar10", 1, 128)], config, "flip-test")
-    with _pytest.raises(LiquidError, match=r"policy flip left 1 of 1 jobs of flip-test unfinished 0.0416667 simulated days"):
+    with pytest.raises(LiquidError, match=r"policy flip left 1 of 1 jobs of flip-test unfinished 0.0416667 simulated days"):
         sim.run(Flip())
