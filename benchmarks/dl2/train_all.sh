@@ -34,7 +34,7 @@ for P in 30 150; do
     dl2=$R/rl-p$P.npz warm-up=$R/srtf-warm-p$P.npz drf-warm-up=$R/warm.npz shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
   python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --baselines "" --out $R/held-out-dagger-p$P.json dagger=$R/dagger-p$P.npz
   # does it finish under overload? (a policy that keeps restarting jobs never does; the simulator stops it)
-  python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies dl2 --no-bound \
+  python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies drf,dl2 --no-bound \
     --policy-file $R/dagger-p$P.npz --out $R/overload-dagger-p$P.json
 done
 # 4. evaluation on the 8 Pollux workloads against the baselines and the oracle SRTF reference
