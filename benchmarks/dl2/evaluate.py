@@ -24,10 +24,9 @@ import time
 from pathlib import Path
 
 from slurm_liquid.policy import make_policy
-from slurm_liquid.policy.dl2.train import philly_workload
 from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
-from slurm_liquid.sim.workload import BUNDLED_WORKLOADS, load_workload
+from slurm_liquid.sim.workload import BUNDLED_WORKLOADS, load_workload, sample_philly
 
 HELD_OUT_SEED = 30_000  # training draws Philly seeds from 0 and 10_000, RL validation from 20_000
 
@@ -39,6 +38,8 @@ def main() -> int:
     ap.add_argument("--reference", action="store_true", help="also run the oracle SRTF reference (reference.py)")
     ap.add_argument("--philly", type=int, default=0, metavar="N",
                     help="evaluate on N held-out Philly samples instead of the 8 Pollux workloads")
+    ap.add_argument("--loads", default="1", metavar="L,L,...",
+                    help="with --philly: N samples at each load (160 x L jobs; load 1 is the shipping samples)")
     ap.add_argument("--batch-scaling", action="store_true",
                     help="jobs pick their own goodput-best batch (ClusterConfig.batch_scaling)")
     ap.add_argument("--bound", action="store_true", help="also compute the LP lower bound (bound.py) per workload")
@@ -48,7 +49,10 @@ def main() -> int:
     config = ClusterConfig(restart_penalty=args.penalty, batch_scaling=args.batch_scaling)
     speed = OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
     if args.philly:
-        workloads = {f"philly-{s}": philly_workload(s, 160) for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.philly)}
+        # load L: 160 x L jobs in the same arrival window, as generalise.py draws its loads (load 1 is
+        # exactly the shipping samples)
+        workloads = {f"philly-{s}" + ("" if load == 1 else f"-load{load:g}"): sample_philly(jobs=round(160 * load), seed=s)
+                     for load in _loads(args.loads) for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.philly)}
     else:
         workloads = load_workload(BUNDLED_WORKLOADS)
     entries = [(b, lambda b=b: make_policy(b, speed)) for b in args.baselines.split(",") if b]
@@ -80,10 +84,31 @@ def main() -> int:
         if "lp_bound" in out:
             row["x_bound"] = row["avg_jct_s"] / out["lp_bound"]["avg_jct_s"]
         out["policies"][label] = row
-        print(f"{label:<14} {row['avg_jct_s']:9.1f} s  restarts {row['restarts']:6d}  ({row['wall_s']:.0f} s)",
+        by_load = _by_load(row["workloads"])
+        print(f"{label:<14} {row['avg_jct_s']:9.1f} s  restarts {row['restarts']:6d}  ({row['wall_s']:.0f} s)" +
+              ("".join(f"  load {k}: {v:.1f}" for k, v in by_load.items()) if len(by_load) > 1 else ""),
               file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps(out, indent=1))
     return 0
+
+
+def _loads(text: str) -> list[float]:
+    try:
+        loads = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        loads = []
+    if not loads or min(loads) <= 0:
+        raise SystemExit(f"evaluate.py: --loads {text!r}: give positive loads, e.g. 1,1.5,2")
+    return loads
+
+
+def _by_load(per_workload: dict[str, float]) -> dict[str, float]:
+    """Mean JCT per load of the held-out samples (names end in -loadL; load 1 has no suffix)."""
+    groups: dict[str, list[float]] = {}
+    for name, jct in per_workload.items():
+        load = name.rpartition("-load")[2] if "-load" in name else "1"
+        groups.setdefault(load, []).append(jct)
+    return {k: statistics.fmean(v) for k, v in groups.items()}
 
 
 if __name__ == "__main__":

@@ -29,3 +29,24 @@ def test_table_reports_dl2_share_of_the_oracle_margin() -> None:
             "avg_jct_s": {"drf": 4000.0, "tiresias": 3900.0, "dl2": 3500.0, "srtf-oracle": 3000.0, "lp-bound": 2000.0}}
     row = G.table([cell])[-1]
     assert "| -12.5% | 50% | -10.3% | 2.00x | 1.75x |" in row
+
+
+def test_shipping_samples_at_several_loads_keep_load_one_as_it_was(tmp_path, capsys, monkeypatch) -> None:
+    """evaluate.py --philly N --loads: load 1 is the shipping samples unchanged; other loads are named apart."""
+    import json
+
+    import pytest
+
+    import evaluate as E
+
+    assert E._by_load({"philly-30000": 10.0, "philly-30001": 20.0, "philly-30000-load2": 40.0}) == {"1": 15.0, "2": 40.0}
+    assert E._loads("1,1.5") == [1.0, 1.5]
+    for bad in ("x", "0", ""):
+        with pytest.raises(SystemExit, match="--loads"):
+            E._loads(bad)
+    out = tmp_path / "e.json"
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", "--philly", "1", "--loads", "0.1,1", "--baselines", "fifo", "--out", str(out)])
+    assert E.main() == 0
+    res = json.loads(out.read_text())
+    assert res["workloads"] == ["philly-30000", "philly-30000-load0.1"]
+    assert "load 0.1:" in capsys.readouterr().err
