@@ -1,0 +1,129 @@
+"""Which teacher could carry DL2 15% below Optimus in the replica of the DL2 paper's setting?
+
+    nice python benchmarks/dl2/paper_teachers.py [--setting dl2-paper-small] [--seeds 8]
+
+Runs the replica's DRF, Optimus and best-split DRF beside three families of hand-written rules on the
+held-out traces (seeds 10000 on, as `paper.py`), and prints each one's mean JCT against DRF and
+Optimus. The families (none is shipped; they measure how far a teacher could take a warm-up):
+- `srtf-F`: shortest remaining time first, each job given the (PS, workers) split that runs it fastest
+  with the fewest tasks reaching F of its peak speed, while the cluster takes it.
+- `gain/r^A`: Optimus's greedy task-by-task rule, its gain (cut in remaining time) divided by the job's
+  remaining time to the power A (favouring short jobs).
+- `drf-short^A`: DRF's bundles with the queue keyed by dominant share x remaining time^A, then each
+  job's task count re-split as best-split DRF does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import statistics
+import sys
+import time
+
+from slurm_liquid.sim.paper import SETTINGS, PaperBestSplit, PaperOptimus, PaperRun, make_paper_policy, paper_trace
+
+HELD_OUT_SEED = 10_000
+
+
+def best_split(job) -> None:
+    tasks = job.ps + job.workers
+    if tasks >= 2:
+        job.ps, job.workers = max(((p, tasks - p) for p in range(1, tasks)),
+                                  key=lambda pw: (job.epochs_per_slot(*pw), -pw[0]))
+
+
+def remaining_slots(job) -> float:
+    speed = max(job.epochs_per_slot(p, w) for p, w in ((1, 1), (2, 2), (4, 4)))
+    return job.remaining() / speed if speed > 0 else math.inf
+
+
+class SRTF:
+    def __init__(self, fraction: float) -> None:
+        self.fraction, self.name, self._plans = fraction, f"srtf-{fraction:g}", {}
+
+    def reset(self) -> None:
+        pass
+
+    def _plan(self, job, cap: int) -> tuple[float, int, int]:
+        key = (job.model, cap)
+        if key not in self._plans:
+            best: dict[int, tuple[float, int, int]] = {}
+            for p in range(1, cap + 1):
+                for w in range(1, cap + 1):
+                    s = job.epochs_per_slot(p, w)
+                    if p + w not in best or s > best[p + w][0]:
+                        best[p + w] = (s, p, w)
+            top = max(v[0] for v in best.values())
+            self._plans[key] = best[min(t for t, v in best.items() if v[0] >= self.fraction * top)]
+        return self._plans[key]
+
+    def schedule(self, slot) -> None:
+        cap = slot.setting.max_tasks
+        for job in sorted(slot.jobs, key=lambda j: (j.remaining() / self._plan(j, cap)[0], j.arrival, j.index)):
+            _, p, w = self._plan(job, cap)
+            if not slot.add(job, "bundle"):
+                return
+            for role, n in (("ps", p - 1), ("worker", w - 1)):
+                for _ in range(n):
+                    if not slot.add(job, role):
+                        return
+
+
+class GainOverRemaining(PaperOptimus):
+    def __init__(self, power: float) -> None:
+        self.power, self.name = power, f"gain/r^{power:g}"
+
+    def _gain(self, job, cap: int):
+        gain, role = PaperOptimus._gain(job, cap)
+        if math.isinf(gain):
+            return gain, role
+        now = job.epochs_per_slot()
+        return gain / (job.remaining() / now) ** self.power if now > 0 else gain, role
+
+
+class ShortFirstDRF(PaperBestSplit):
+    def __init__(self, power: float) -> None:
+        self.power, self.name = power, f"drf-short^{power:g}"
+
+    def schedule(self, slot) -> None:
+        queue = [((0.0, remaining_slots(j)), j.arrival, j.index, j) for j in slot.jobs]
+        heapq.heapify(queue)
+        while queue:
+            _, arrival, index, job = heapq.heappop(queue)
+            if not slot.add(job, "bundle"):
+                break
+            if slot.can_grow(job, "bundle"):
+                key = job.share(slot.setting.nodes) * remaining_slots(job) ** self.power
+                heapq.heappush(queue, ((key, 0.0), arrival, index, job))
+        for job in slot.jobs:
+            best_split(job)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--setting", default="dl2-paper-small", choices=sorted(SETTINGS))
+    ap.add_argument("--seeds", type=int, default=8)
+    args = ap.parse_args()
+    setting = SETTINGS[args.setting]
+    policies = {name: (lambda name=name: make_paper_policy(name)) for name in ("drf", "optimus", "drf-best-split")}
+    for f in (1.0, 0.9, 0.8):
+        policies[f"srtf-{f:g}"] = lambda f=f: SRTF(f)
+    for a in (0.5, 1.0, 1.5, 2.0):
+        policies[f"gain/r^{a:g}"] = lambda a=a: GainOverRemaining(a)
+    for a in (0.25, 0.5, 1.0):
+        policies[f"drf-short^{a:g}"] = lambda a=a: ShortFirstDRF(a)
+    mean: dict[str, float] = {}
+    for name, build in policies.items():
+        t0 = time.perf_counter()
+        mean[name] = statistics.fmean(PaperRun(setting, paper_trace(setting, s), f"seed{s}").run(build()).avg_jct_s
+                                      for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.seeds))
+        print(f"{name:<16} {mean[name] / 3600:7.2f} h  vs drf {mean[name] / mean['drf'] - 1:+6.1%}"
+              f"  vs optimus {mean[name] / mean.get('optimus', mean[name]) - 1:+6.1%}  ({time.perf_counter() - t0:.0f} s)",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
