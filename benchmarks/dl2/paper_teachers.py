@@ -9,14 +9,12 @@ Optimus. The families (none is shipped; they measure how far a teacher could tak
   with the fewest tasks reaching F of its peak speed, while the cluster takes it.
 - `gain/r^A`: Optimus's greedy task-by-task rule, its gain (cut in remaining time) divided by the job's
   remaining time to the power A (favouring short jobs).
-- `drf-short^A`: DRF's bundles with the queue keyed by dominant share x remaining time^A, then each
-  job's task count re-split as best-split DRF does.
+- `drf-short^A`: best-split DRF with its queue keyed by dominant share x remaining time^A.
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
 import statistics
 import sys
@@ -25,13 +23,6 @@ import time
 from slurm_liquid.sim.paper import SETTINGS, PaperBestSplit, PaperOptimus, PaperRun, make_paper_policy, paper_trace
 
 HELD_OUT_SEED = 10_000
-
-
-def best_split(job) -> None:
-    tasks = job.ps + job.workers
-    if tasks >= 2:
-        job.ps, job.workers = max(((p, tasks - p) for p in range(1, tasks)),
-                                  key=lambda pw: (job.epochs_per_slot(*pw), -pw[0]))
 
 
 def remaining_slots(job) -> float:
@@ -87,18 +78,8 @@ class ShortFirstDRF(PaperBestSplit):
     def __init__(self, power: float) -> None:
         self.power, self.name = power, f"drf-short^{power:g}"
 
-    def schedule(self, slot) -> None:
-        queue = [((0.0, remaining_slots(j)), j.arrival, j.index, j) for j in slot.jobs]
-        heapq.heapify(queue)
-        while queue:
-            _, arrival, index, job = heapq.heappop(queue)
-            if not slot.add(job, "bundle"):
-                break
-            if slot.can_grow(job, "bundle"):
-                key = job.share(slot.setting.nodes) * remaining_slots(job) ** self.power
-                heapq.heappush(queue, ((key, 0.0), arrival, index, job))
-        for job in slot.jobs:
-            best_split(job)
+    def key(self, job, slot) -> float:
+        return job.share(slot.setting.nodes) * remaining_slots(job) ** self.power
 
 
 def main() -> int:

@@ -224,6 +224,10 @@ class PaperDRF:
     def reset(self) -> None:
         pass
 
+    def key(self, job: PaperJob, slot: Slot) -> float:
+        """Queue order for the job's next bundle, least first: its dominant share."""
+        return job.share(slot.setting.nodes)
+
     def schedule(self, slot: Slot) -> None:
         queue = [(0.0, j.arrival, j.index, j) for j in slot.jobs]
         heapq.heapify(queue)
@@ -232,7 +236,7 @@ class PaperDRF:
             if not slot.add(job, "bundle"):
                 break
             if slot.can_grow(job, "bundle"):
-                heapq.heappush(queue, (job.share(slot.setting.nodes), arrival, index, job))
+                heapq.heappush(queue, (self.key(job, slot), arrival, index, job))
 
 
 class PaperBestSplit(PaperDRF):
@@ -247,10 +251,16 @@ class PaperBestSplit(PaperDRF):
     def schedule(self, slot: Slot) -> None:
         super().schedule(slot)
         for job in slot.jobs:
-            tasks = job.ps + job.workers
-            if tasks >= 2:
-                splits = [(p, tasks - p) for p in range(1, tasks)]
-                job.ps, job.workers = max(splits, key=lambda pw: (job.epochs_per_slot(*pw), -pw[0]))
+            best_split(job)
+
+
+def best_split(job: PaperJob) -> None:
+    """Re-split the job's tasks between PS and workers (at least one of each) as the speed table makes
+    fastest (ties: fewer PS)."""
+    tasks = job.ps + job.workers
+    if tasks >= 2:
+        splits = [(p, tasks - p) for p in range(1, tasks)]
+        job.ps, job.workers = max(splits, key=lambda pw: (job.epochs_per_slot(*pw), -pw[0]))
 
 
 class PaperOptimus:
