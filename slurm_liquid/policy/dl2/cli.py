@@ -145,13 +145,13 @@ def train(args: argparse.Namespace, load_policy) -> int:
         res = T.supervised(params, train_steps, held, epochs=args.warmup_epochs, lr=args.lr or 1e-3,
                            seed=args.seed, progress=_say)
         meta["stages"].append(f"supervised on {args.teacher}")
-        if args.dagger:
-            res = _dagger(args, config, speed, meta, params, train_steps, held)
-            meta["stages"].append(f"{args.dagger} DAgger rounds on {args.teacher}")
         meta["training"]["warmup"] = {"teacher": args.teacher, **source, "decisions": len(train_steps),
                                       "held_out_agreement": res.curve[-1]["held_out_agreement"] if res.curve else None}
         if args.curves:
             T.write_curves(res.curve, f"{args.curves}-warmup", f"warm-up on {args.teacher}")
+        if args.dagger:
+            _dagger(args, config, speed, meta, params, train_steps, held)
+            meta["stages"].append(f"{args.dagger} DAgger rounds on {args.teacher}")
     if args.rl:
         cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-5, entropy=args.entropy, explore=args.explore,
                          job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
@@ -231,7 +231,7 @@ def dagger_loads(text: str) -> list[float]:
     return loads
 
 
-def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_steps: list, held: list):
+def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_steps: list, held: list) -> None:
     """DAgger rounds after a simulated teacher's warm-up (`train.collect_on_policy`). The samples are
     Philly workloads at `--dagger-loads` (seeds 5000 on, apart from the warm-up's), so the student also
     meets the crowded states of loads above the training one."""
@@ -258,7 +258,6 @@ def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_s
     meta["training"]["dagger"] = {"rounds": args.dagger, "loads": loads, "philly_seeds": seeds,
                                   "decisions": len(train_steps),
                                   "held_out_agreement": res.curve[-1]["held_out_agreement"] if res and res.curve else None}
-    return res
 
 
 def _history_steps(path: str, config, meta: dict) -> tuple[list, list, dict]:
