@@ -36,7 +36,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--penalty", type=float, default=30.0)
     ap.add_argument("--baselines", default="drf,optimus,tiresias,fifo")
-    ap.add_argument("--reference", action="store_true", help="also run the oracle SRTF reference (reference.py)")
+    ap.add_argument("--reference", action="store_true",
+                    help="also run the oracle SRTF references, plain and restart-aware (reference.py)")
     ap.add_argument("--philly", type=int, default=0, metavar="N",
                     help="evaluate on N held-out Philly samples instead of the 8 Pollux workloads")
     ap.add_argument("--loads", default="1", metavar="L,L,...",
@@ -59,9 +60,9 @@ def main() -> int:
     entries = [(b, lambda b=b: make_policy(b, speed)) for b in args.baselines.split(",") if b]
     if args.reference:
         sys.path.insert(0, str(Path(__file__).parent))
-        from reference import OracleSRTF
+        from reference import OracleSRTF, OracleSRTFRestart
 
-        entries.append(("srtf-oracle", lambda: OracleSRTF(speed)))
+        entries += [("srtf-oracle", lambda: OracleSRTF(speed)), ("srtf-restart-oracle", lambda: OracleSRTFRestart(speed))]
     for item in args.policies:
         label, _, path = item.partition("=")
         entries.append((label, lambda path=path: make_policy("dl2", speed, policy_file=path)))

@@ -11,7 +11,8 @@ round(160 x L) Philly jobs submitted in the same 8-hour window of the day, so lo
 start at 40000: training draws from 0 and 10000, RL validation from 20000, the shipping decision
 from 30000, so no run behind a shipped policy saw these. `dl2` is the shipped policy for the
 penalty (`--policy-file` for another). Rows: the mean over seeds of each workload's mean JCT;
-"DL2 share of oracle margin" is (DRF - DL2) / (DRF - srtf-oracle).
+"DL2 share of oracle margin" is (DRF - DL2) / (DRF - srtf-oracle), the issue's reference; the
+restart-aware reference (srtf-restart-oracle) is the column beside it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bound import lp_bound  # noqa: E402
-from reference import OracleSRTF  # noqa: E402
+from reference import OracleSRTF, OracleSRTFRestart  # noqa: E402
 
 from slurm_liquid.errors import LiquidError  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
@@ -50,6 +51,7 @@ def run_cell(load: float, seeds: list[int], penalty: float, scaling: bool, polic
     builders = {p: (lambda p=p: make_policy(p, speed, policy_file) if p == "dl2" and policy_file
                     else make_policy(p, speed)) for p in policies}
     builders["srtf-oracle"] = lambda: OracleSRTF(speed)
+    builders["srtf-restart-oracle"] = lambda: OracleSRTFRestart(speed)
     per: dict[str, dict[int, float]] = {name: {} for name in builders}
     if bound:
         per["lp-bound"] = {}

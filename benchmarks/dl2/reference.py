@@ -3,13 +3,19 @@ the simulator's oracle (`slurm_liquid.policy.srtf.SRTF` on the oracle speed mode
 
 With exact knowledge of every job's remaining work this is about as well as a size-based scheduler
 that keeps each job's batch size can do on these workloads; it shows how much of a gap to DRF a
-learned elastic policy could close.
+learned elastic policy could close. "srtf-restart-oracle" is the same rule told what a restart
+costs (`slurm_liquid.policy.srtf.SRTFRestart`): the stronger reference at a 150 s penalty and under
+overload, where plain SRTF restarts running jobs slot after slot.
 """
 
 from __future__ import annotations
 
-from slurm_liquid.policy.srtf import SRTF
+from slurm_liquid.policy.srtf import SRTF, SRTFRestart
 
 
 class OracleSRTF(SRTF):
     name = "srtf-oracle"
+
+
+class OracleSRTFRestart(SRTFRestart):
+    name = "srtf-restart-oracle"

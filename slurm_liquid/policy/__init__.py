@@ -29,11 +29,11 @@ def make_policy(name: str, speed: SpeedModel | None = None, policy_file: str | N
             raise UsageError("policy optimus needs a speed model")
         from slurm_liquid.policy.optimus import Optimus
         return Optimus(speed)
-    if name == "srtf":
+    if name in ("srtf", "srtf-restart"):  # DL2's warm-up teachers
         if speed is None:
-            raise UsageError("policy srtf needs a speed model")
-        from slurm_liquid.policy.srtf import SRTF
-        return SRTF(speed)
+            raise UsageError(f"policy {name} needs a speed model")
+        from slurm_liquid.policy.srtf import SRTF, SRTFRestart
+        return SRTF(speed) if name == "srtf" else SRTFRestart(speed)
     raise UsageError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES + LEARNED_POLICY_NAMES)})")
 
 

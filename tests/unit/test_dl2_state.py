@@ -165,3 +165,24 @@ def test_shortest_first_imitation_reproduces_srtf_counts_in_its_own_order():
         checked += 1
         view = sim.step(actions)
     assert checked == 30
+
+
+def test_the_restart_aware_ranking_puts_a_waiting_job_behind_a_running_one_it_barely_beats():
+    view = _view(2, held=(1, 0))  # j0 runs on 1 GPU, j1 waits; both ask for 1
+    speed = _Speed({"j0": 1000.0, "j1": 900.0})  # run times 1000 s and 900 s
+    assert list(SlotState(view, window=4, speed=speed).srtf_rank) == [1, 0]
+    assert list(SlotState(view, window=4, speed=speed, start_margin_s=300.0).srtf_rank) == [0, 1]  # 900 + 300 s
+
+
+def test_restart_aware_imitation_gives_a_running_job_back_what_it_holds_before_the_spare_gpus():
+    from slurm_liquid.policy.dl2.train import imitation_steps
+
+    view = _view(2, held=(3, 0))  # j0 holds 3 (asked 1), j1 waits
+    speed = _Speed({"j0": 100.0, "j1": 50_000.0})  # j1 gains far more from a spare GPU than j0
+    target = [3, 4]
+    plain = [s.action for s in imitation_steps(view, target, window=4, speed=speed, shortest_first=True)]
+    keep = [s.action for s in imitation_steps(view, target, window=4, speed=speed, shortest_first=True, keep_held=True)]
+    assert plain[:2] == [0, 1] and plain[2:5] == [1, 1, 1]  # the asks, then the spare GPUs where they save most
+    assert keep[:4] == [0, 1, 0, 0]  # the asks, then j0 back to the 3 it holds, then the rest
+    for actions in (plain, keep):
+        assert sorted(actions[:-1]) == [0, 0, 0, 1, 1, 1, 1] and actions[-1] == 2  # same counts, then stop

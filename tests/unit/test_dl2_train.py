@@ -187,3 +187,22 @@ def test_dagger_on_the_command_line_records_its_rounds_and_refuses_bad_loads(tmp
     assert main(["policy", "train", "--supervised", "--teacher", "sacct", "--history", "h.json", "--dagger", "1",
                  "--out", str(out)]) == 2
     assert not out.exists()
+
+
+def test_a_file_taught_by_the_restart_aware_teacher_ranks_waiting_jobs_as_it_did(tmp_path):
+    from slurm_liquid.cli import main
+    from slurm_liquid.policy.dl2 import make_dl2
+    from slurm_liquid.policy.dl2.io import load_policy
+
+    out, init = tmp_path / "r.npz", tmp_path / "plain.npz"
+    common = ["--jobs", "10", "--warmup-workloads", "1", "--warmup-epochs", "1", "--hidden", "8", "--restart-penalty", "150"]
+    assert main(["policy", "train", "--supervised", "--teacher", "srtf-restart", "--out", str(out)] + common) == 0
+    assert load_policy(out)[1]["start_margin"] == 8.0
+    assert make_dl2(out, SPEED).start_margin == 8.0
+    assert main(["policy", "train", "--supervised", "--teacher", "srtf", "--out", str(init)] + common) == 0
+    assert make_dl2(init, SPEED).start_margin == 0.0
+    # RL from a file keeps the ranking it was taught with
+    rl = tmp_path / "rl.npz"
+    assert main(["policy", "train", "--rl", "--init", str(out), "--out", str(rl), "--episodes", "1", "--jobs", "6",
+                 "--validation-workloads", "1", "--validation-jobs", "6", "--hidden", "8", "--restart-penalty", "150"]) == 0
+    assert load_policy(rl)[1]["start_margin"] == 8.0

@@ -32,7 +32,7 @@ def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = N
 
     params, meta = load_policy(policy_file)
     return DL2Policy(params, window=int(meta["window"]), order=window_order_of(meta),
-                     speed=speed if meta.get("speed", True) else None)
+                     speed=speed if meta.get("speed", True) else None, start_margin=float(meta.get("start_margin", 0.0)))
 
 
 __all__ = ["DL2Policy", "make_dl2"]

@@ -41,10 +41,11 @@ class DL2Policy:
 
     def __init__(self, params: Params | None, window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
                  sample: bool = False, explore: float = 0.0,
-                 job_aware: bool = True, seed: int = 0, order: str = "service") -> None:
+                 job_aware: bool = True, seed: int = 0, order: str = "service", start_margin: float = 0.0) -> None:
         self.params = params
         self.window = window
         self.order = order
+        self.start_margin = start_margin  # restart penalties added to a waiting job's rank (the file's teacher's)
         self.speed = speed
         self.sample = sample
         self.explore = explore
@@ -73,7 +74,7 @@ class DL2Policy:
         return action, float((1 - explore) * p[action] + explore * uniform)
 
     def allocate(self, view: ClusterView) -> list[int]:
-        state = SlotState(view, self.window, self.speed, self.order)
+        state = SlotState(view, self.window, self.speed, self.order, self.start_margin * view.restart_penalty_s)
         slot = Slot() if self.record is not None else None
         stop = len(state.jobs)
         while True:
@@ -98,4 +99,5 @@ class DL2Policy:
             self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
             self.window = int(meta.get("window", self.window))
             self.order = meta.get("window_order", "arrival")
+            self.start_margin = float(meta.get("start_margin", 0.0))
         return Decision.resize(view, self.allocate(view))

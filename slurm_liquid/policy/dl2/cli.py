@@ -12,7 +12,7 @@ from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2 import window_order_of
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, WINDOW_ORDERS
 
-TEACHERS = ("drf", "srtf", "fifo", "tiresias", "optimus", "sacct")
+TEACHERS = ("drf", "srtf", "srtf-restart", "fifo", "tiresias", "optimus", "sacct")
 VALIDATION_SEED = 20_000  # Philly sample seeds for RL validation (training draws 10_000+, warm-up 0+)
 HELD_OUT_SHARE = 0.15  # of an accounting history's slots, the latest, for measuring agreement
 
@@ -127,7 +127,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
                   "restart_penalty": args.restart_penalty, "batch_scaling": args.batch_scaling, "speed": True, "stages": []}
     if args.init:
         params, init_meta = load_policy(args.init)
-        meta.update({k: init_meta[k] for k in ("window", "hidden", "layers") if k in init_meta})
+        meta.update({k: init_meta[k] for k in ("window", "hidden", "layers", "start_margin") if k in init_meta})
         meta["window_order"] = window_order_of(init_meta)
         meta["stages"] = init_meta.get("stages", []) + [f"init from {Path(args.init).name}"]
         meta["training"] = init_meta.get("training", {})
@@ -135,6 +135,10 @@ def train(args: argparse.Namespace, load_policy) -> int:
         params = T.new_params(args.hidden, args.layers, args.seed)
     meta.setdefault("training", {})
     if args.supervised:
+        if args.teacher != "sacct":  # the ranking columns rank waiting jobs as this teacher does (`dl2.state`)
+            from slurm_liquid.policy import make_policy
+
+            meta["start_margin"] = float(getattr(make_policy(args.teacher, speed), "start_margin", 0.0))
         if args.teacher == "sacct":
             train_steps, held, source = _history_steps(args.history, config, meta)
         else:
@@ -158,6 +162,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
                          restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs,
                          max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
                          seed=args.seed, window=int(meta["window"]), window_order=meta["window_order"],
+                         start_margin=float(meta.get("start_margin", 0.0)),
                          ppo_clip=args.ppo_clip)
         ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
         state = T.TrainState(params, Adam(params, lr=cfg.lr))
@@ -245,7 +250,8 @@ def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_s
     seeds = []
     res = None
     for r in range(args.dagger):
-        student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"])
+        student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"],
+                            start_margin=float(meta.get("start_margin", 0.0)))
         for k, load in enumerate(loads):
             seed = 5000 + args.seed * 1000 + r * len(loads) + k
             seeds.append(seed)

@@ -12,7 +12,9 @@ elastic upper bound, arrival rank, restarts, and, where a speed model is known, 
 speed-up of one more GPU and the estimated remaining time, and where the job stands in shortest-
 estimated-remaining-time-first order among all active jobs: its rank, the GPUs asked for by the
 jobs ahead of it (over the cluster's) and its own ask, how far what it was given in this slot is
-past its ask, and the time one more GPU saves it. Rank and GPUs ahead are relative: a per-row
+past its ask, and the time one more GPU saves it (a policy file taught by the restart-aware teacher
+ranks a job that holds no GPUs as that teacher does, `start_margin` restart penalties later:
+`slurm_liquid.policy.srtf.ranking_times`). Rank and GPUs ahead are relative: a per-row
 network sees only its own row, and whether a job is among the shortest that fit is a property
 of the others. Every row ends with the
 cluster-wide features: GPUs still free in this slot, active jobs, jobs beyond the window,
@@ -33,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from slurm_liquid.policy.base import ClusterView, JobView, SpeedModel
+from slurm_liquid.policy.srtf import ranking_times
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 JOB_FEATURES = 25
@@ -66,7 +69,7 @@ class SlotState:
     """The evolving state of one slot's decision loop."""
 
     def __init__(self, view: ClusterView, window: int, speed: SpeedModel | None = None,
-                 order: str = "service") -> None:
+                 order: str = "service", start_margin_s: float = 0.0) -> None:
         self.view = view
         self.window = window
         self.index = window_order(view, order)  # position in view.jobs of each window row, then the rest
@@ -97,19 +100,16 @@ class SlotState:
             row[18] = 1.0 if speed is not None else 0.0
         self.srtf_rank = np.zeros(n, dtype=int)
         if speed is not None and n:
-            self._srtf_features(view, speed)
+            self._srtf_features(view, speed, start_margin_s)
         self.base[n, STOP_FLAG] = 1.0
         self.base[:, FREE + 1] = len(view.jobs) / window
         self.base[:, FREE + 2] = len(self.beyond) / window
         self.base[:, FREE + 3] = self.total / 64
 
-    def _srtf_features(self, view: ClusterView, speed: SpeedModel) -> None:
+    def _srtf_features(self, view: ClusterView, speed: SpeedModel, start_margin_s: float) -> None:
         """Rank of every window job in shortest-estimated-remaining-time-first order (remaining steps at
         the GPUs it holds, or asked for when it holds none), and the GPUs asked by the jobs ahead of it."""
-        def run_time(job: JobView) -> float:
-            return speed.remaining_iterations(job) * speed.iteration_time(job, max(1, job.allocated or job.gpus))
-
-        times = [run_time(j) for j in view.jobs]
+        times = ranking_times(view.jobs, speed, start_margin_s)
         order = sorted(range(len(view.jobs)), key=lambda i: (times[i], i))
         place = {job_index: rank for rank, job_index in enumerate(order)}
         ahead, asked_before = 0, {}

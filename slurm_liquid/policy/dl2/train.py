@@ -41,7 +41,7 @@ def philly_workload(seed: int, jobs: int = EVAL_JOBS) -> list[JobSpec]:
 
 
 # -- supervised warm-up ----------------------------------------------------------------------
-SHORTEST_FIRST = ("srtf", "srtf-oracle")  # teachers whose decisions are learnt in their own rank order
+SHORTEST_FIRST = ("srtf", "srtf-restart", "srtf-oracle")  # teachers whose decisions are learnt in their own rank order
 
 
 def teacher_counts(view: ClusterView, actions) -> list[int]:
@@ -51,19 +51,21 @@ def teacher_counts(view: ClusterView, actions) -> list[int]:
 
 def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFAULT_WINDOW,
                     speed: SpeedModel | None = None, order: str = "service",
-                    shortest_first: bool = False) -> list[Step]:
+                    shortest_first: bool = False, start_margin_s: float = 0.0, keep_held: bool = False) -> list[Step]:
     """One slot of a scheduler's decisions (`counts`, per job of `view.jobs`) as DL2's "+1 GPU"
     sequence: the (state, action) pairs the warm-up learns from. `shortest_first`: fill jobs in
     shortest-estimated-remaining-time order (for a teacher that ranks jobs so; needs `speed`),
-    else least-served first (DRF's water-filling)."""
-    state = SlotState(view, window, speed, order)
+    else least-served first (DRF's water-filling). For the restart-aware teacher (`policy.srtf.SRTFRestart`):
+    `start_margin_s`, its rank offset for a job that holds no GPUs, so that the ranking columns see jobs
+    as it does, and `keep_held`: a running job's GPUs back up to what it holds come before the rest."""
+    state = SlotState(view, window, speed, order, start_margin_s)
     target = state.window_targets(counts)
     steps: list[Step] = []
     while True:
         valid = state.valid()
         if not valid.any():
             break
-        priority = _shortest_first(state, target) if shortest_first else None
+        priority = _shortest_first(state, target, keep_held) if shortest_first else None
         label = target_sequence(state.assigned, target, valid, state.index[:window], priority)
         if not valid[label]:  # the teacher idles the whole cluster: DL2 cannot, so nothing to learn
             break
@@ -74,17 +76,26 @@ def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFA
     return steps
 
 
-def _shortest_first(state: SlotState, target: Sequence[int]) -> list[tuple[int, float]]:
+def _shortest_first(state: SlotState, target: Sequence[int], keep_held: bool = False) -> list[tuple[int, float]]:
     """The order a shortest-remaining-time teacher's GPUs are learnt in: first every job up to its
-    ask (or its target, if lower), shortest estimated remaining time first; then the GPUs beyond
-    asks, largest time saved first, as the teacher hands them out."""
+    ask (or its target, if lower), shortest estimated remaining time first; with `keep_held`, then a
+    running job back up to what it holds, in the same order (the restart-aware teacher keeps it); then
+    the GPUs beyond, largest time saved first, as the teacher hands them out."""
     keys = []
     for i, job in enumerate(state.jobs):
         if state.assigned[i] < min(target[i], job.gpus):
             keys.append((0, float(state.srtf_rank[i])))
+        elif keep_held and state.assigned[i] < min(target[i], state.current[i]):
+            keys.append((1, float(state.srtf_rank[i])))
         else:
-            keys.append((1, -state.gain(i)))
+            keys.append((2, -state.gain(i)))
     return keys
+
+
+def restart_awareness(teacher: Policy, config: ClusterConfig) -> tuple[float, bool]:
+    """`imitation_steps`'s `start_margin_s` and `keep_held` for `teacher` at `config`'s restart penalty."""
+    return (float(getattr(teacher, "start_margin", 0.0)) * config.restart_penalty,
+            bool(getattr(teacher, "resize_margin", 0.0)))
 
 
 def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterConfig,
@@ -92,6 +103,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
                     max_slots: int | None = None, order: str = "service") -> list[Step]:
     """Run `teacher` on a workload (at most `max_slots` slots) and learn from every slot."""
     shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST
+    margin, keep = restart_awareness(teacher, config)
     sim = Simulator(specs, config)
     teacher.reset()
     samples: list[Step] = []
@@ -100,7 +112,7 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
     while view is not None and (max_slots is None or slots < max_slots):
         slots += 1
         actions = ARTIFACT_PLACE.place(view, teacher.decide(view))
-        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first))
+        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first, margin, keep))
         view = sim.step(actions)
     return samples
 
@@ -113,6 +125,7 @@ def collect_on_policy(specs: Sequence[JobSpec], student: DL2Policy, teacher: Pol
     student that errs drifts to states (jobs restarted over and over, one job holding every GPU) the
     teacher never visited and where nothing taught it. `max_slots` bounds a student that thrashes."""
     shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST
+    margin, keep = restart_awareness(teacher, config)
     sim = Simulator(specs, config)
     teacher.reset()
     student.reset()
@@ -122,7 +135,7 @@ def collect_on_policy(specs: Sequence[JobSpec], student: DL2Policy, teacher: Pol
     while view is not None and slots < max_slots:
         slots += 1
         target = teacher_counts(view, ARTIFACT_PLACE.place(view, teacher.decide(view)))
-        samples.extend(imitation_steps(view, target, window, speed, order, shortest_first))
+        samples.extend(imitation_steps(view, target, window, speed, order, shortest_first, margin, keep))
         view = sim.step(ARTIFACT_PLACE.place(view, student.decide(view)))
     return samples
 
@@ -208,6 +221,7 @@ class RLConfig:
     seed: int = 0
     window: int = DEFAULT_WINDOW
     window_order: str = "service"
+    start_margin: float = 0.0  # the init file's (`DL2Policy.start_margin`)
     ppo_clip: float = 0.0  # > 0: PPO's clipped surrogate (ratio in 1 +- ppo_clip) instead of truncated IS
 
 
@@ -363,9 +377,9 @@ def rl_update(state: TrainState, fresh: list[Sample], buffer: list[Sample],
 
 
 def state_value(params: Params, view: ClusterView, window: int, speed: SpeedModel | None,
-                order: str = "service") -> float:
+                order: str = "service", start_margin: float = 0.0) -> float:
     """The critic's (scaled) value of the first decision of a slot at `view`."""
-    state = SlotState(view, window, speed, order)
+    state = SlotState(view, window, speed, order, start_margin * view.restart_penalty_s)
     x = state.matrix()
     valid = state.valid()
     if not valid.any():
@@ -375,10 +389,10 @@ def state_value(params: Params, view: ClusterView, window: int, speed: SpeedMode
 
 def evaluate(params: Params, workloads: dict[str, Sequence[JobSpec]], config: ClusterConfig,
              speed: SpeedModel | None, window: int = DEFAULT_WINDOW, max_slots: int = 2000,
-             order: str = "service") -> float:
+             order: str = "service", start_margin: float = 0.0) -> float:
     """Mean over workloads of the greedy policy's mean JCT (s). A run still going after
     `max_slots` slots (a poor early policy) counts unfinished jobs at their age: a lower bound."""
-    policy = DL2Policy(params, window=window, speed=speed, order=order)
+    policy = DL2Policy(params, window=window, speed=speed, order=order, start_margin=start_margin)
     means = []
     for name, specs in workloads.items():
         sim = Simulator(specs, config, name)
@@ -400,7 +414,8 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
     """Run episodes `state.episode`..`cfg.episodes`; resumable from a checkpointed `state`."""
     buffer: list[Sample] = []
     if validation and state.episode == 0 and not state.curve:  # the starting point (e.g. the warm-up)
-        jct = evaluate(state.params, validation, config, speed, cfg.window, order=cfg.window_order)
+        jct = evaluate(state.params, validation, config, speed, cfg.window, order=cfg.window_order,
+                       start_margin=cfg.start_margin)
         state.note_validation(jct)
         state.curve.append({"episode": 0, "validation_avg_jct_s": jct})
         if progress:
@@ -411,7 +426,8 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
         t0 = time.perf_counter()
         explore = cfg.explore * (1 - 0.9 * e / max(1, cfg.episodes - 1))
         policy = DL2Policy(state.params, window=cfg.window, speed=speed, sample=True, explore=explore,
-                           job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e, order=cfg.window_order)
+                           job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e, order=cfg.window_order,
+                           start_margin=cfg.start_margin)
         if not cfg.job_aware:
             policy.explore = 0.0  # the ablation: exploration only from the softmax's own sampling
         sim = Simulator(pool[e % cfg.pool], config, f"train-{e % cfg.pool}")
@@ -424,7 +440,7 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
                 slots = slots[:max(1, len(slots) - int(1 / (1 - cfg.gamma)))]
             else:
                 tail = state_value(state.params, last_view, cfg.window, speed,
-                                   cfg.window_order) * state.reward_scale / (1 - cfg.gamma)
+                                   cfg.window_order, cfg.start_margin) * state.reward_scale / (1 - cfg.gamma)
         scale = state.reward_scale / (1 - cfg.gamma)
         fresh = returns(slots, cfg.gamma, tail,
                         slot_values(state.params, slots, scale) if cfg.critic else None, cfg.gae_lambda)
@@ -440,7 +456,7 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
                "explore": explore, "seconds": time.perf_counter() - t0, **stats}
         if validation and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
             row["validation_avg_jct_s"] = evaluate(state.params, validation, config, speed, cfg.window,
-                                                   order=cfg.window_order)
+                                                   order=cfg.window_order, start_margin=cfg.start_margin)
             state.note_validation(row["validation_avg_jct_s"])
         state.curve.append(row)
         if progress:
