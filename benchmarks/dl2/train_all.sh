@@ -17,11 +17,17 @@ for P in 30 150; do
 done
 slurm-liquid policy train --supervised --out $R/warm.npz --warmup-workloads 8 --warmup-epochs 3 --curves benchmarks/dl2/dl2
 # 1b. the same srtf warm-ups followed by 2 DAgger rounds (srtf labels the states the student itself reaches, on
-# Philly workloads at loads 1, 1.5 and 2); these are the shipped files (the 150 s warm-up alone thrashes restarts
+# Philly workloads at loads 1, 1.5 and 2); the 30 s one is the shipped 30 s file (the 150 s warm-up alone thrashes restarts
 # at load 2; at 30 s DAgger is better at loads 1.5 and 2 of the held-out samples)
 for P in 30 150; do
   slurm-liquid policy train --supervised --teacher srtf --dagger 2 --restart-penalty $P --out $R/dagger-p$P.npz \
     --warmup-workloads 8 --warmup-epochs 6
+done
+# 1c. the same with the restart-aware teacher (srtf-restart: a waiting job ranks 8 restart penalties later, a
+# running job keeps its GPUs unless a change saves more than 8 penalties); candidates, not shipped (notes.md)
+for P in 30 150; do
+  slurm-liquid policy train --supervised --teacher srtf-restart --dagger 2 --restart-penalty $P \
+    --out $R/dagger-restart-p$P.npz --warmup-workloads 8 --warmup-epochs 6 --curves benchmarks/dl2/srtf-restart-p$P
 done
 # 2. actor-critic RL from each srtf warm-up (keeps the best validated weights, the warm start included)
 slurm-liquid policy train --rl --init $R/srtf-warm-p30.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
@@ -37,6 +43,11 @@ for P in 30 150; do
   # the same samples' seeds drawn at loads 1.5 and 2 (the DAgger files were chosen on all three loads)
   python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1.5,2 --baselines drf --out $R/held-out-loads-p$P.json \
     warm-up=$R/srtf-warm-p$P.npz dagger=$R/dagger-p$P.npz
+  # the restart-aware DAgger file on loads 1, 1.5 and 2, beside the srtf DAgger file's runs above
+  python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1,1.5,2 --baselines drf,tiresias \
+    --out $R/held-out-restart-p$P.json new=$R/dagger-restart-p$P.npz
+  python benchmarks/dl2/generalise.py --penalties $P --no-bound --policy-file $R/dagger-restart-p$P.npz \
+    --out $R/restart-generalise-p$P.json
   # does it finish under overload? (a policy that keeps restarting jobs never does; the simulator stops it)
   python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies drf,dl2 --no-bound \
     --policy-file $R/dagger-p$P.npz --out $R/overload-dagger-p$P.json
