@@ -206,3 +206,15 @@ def test_a_file_taught_by_the_restart_aware_teacher_ranks_waiting_jobs_as_it_did
     assert main(["policy", "train", "--rl", "--init", str(out), "--out", str(rl), "--episodes", "1", "--jobs", "6",
                  "--validation-workloads", "1", "--validation-jobs", "6", "--hidden", "8", "--restart-penalty", "150"]) == 0
     assert load_policy(rl)[1]["start_margin"] == 8.0
+
+
+@pytest.mark.parametrize("bad", ["8", -1.0, float("nan"), 1e9, True])
+def test_a_policy_file_with_a_bad_start_margin_is_refused_with_a_message(tmp_path, bad):
+    from slurm_liquid.errors import UsageError
+    from slurm_liquid.policy.dl2 import make_dl2
+    from slurm_liquid.policy.dl2.io import SHIPPED, load_policy, save_policy
+
+    params, meta = load_policy(SHIPPED[30.0])
+    path = save_policy(tmp_path / "bad.npz", params, {**meta, "start_margin": bad})
+    with pytest.raises(UsageError, match="start_margin"):
+        make_dl2(path, SPEED)

@@ -23,6 +23,18 @@ def window_order_of(meta: dict) -> str:
     return order
 
 
+def start_margin_of(meta: dict) -> float:
+    """The restart-aware teacher's rank margin a policy file was trained with (older files: 0)."""
+    import math
+
+    from slurm_liquid.errors import UsageError
+
+    value = meta.get("start_margin", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 100:
+        raise UsageError(f"policy file has start_margin {value!r}; give a number of restart penalties from 0 to 100")
+    return float(value)
+
+
 def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = None) -> DL2Policy:
     """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file trained
     for the restart penalty nearest to the simulated one (chosen at the first decision)."""
@@ -32,7 +44,7 @@ def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = N
 
     params, meta = load_policy(policy_file)
     return DL2Policy(params, window=int(meta["window"]), order=window_order_of(meta),
-                     speed=speed if meta.get("speed", True) else None, start_margin=float(meta.get("start_margin", 0.0)))
+                     speed=speed if meta.get("speed", True) else None, start_margin=start_margin_of(meta))
 
 
 __all__ = ["DL2Policy", "make_dl2"]

@@ -94,10 +94,11 @@ class DL2Policy:
 
     def decide(self, view: ClusterView) -> Decision:
         if self.params is None:  # no file given: the shipped one trained for this restart penalty
+            from slurm_liquid.policy.dl2 import start_margin_of
             from slurm_liquid.policy.dl2.io import load_policy, shipped_for
 
             self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
             self.window = int(meta.get("window", self.window))
             self.order = meta.get("window_order", "arrival")
-            self.start_margin = float(meta.get("start_margin", 0.0))
+            self.start_margin = start_margin_of(meta)
         return Decision.resize(view, self.allocate(view))

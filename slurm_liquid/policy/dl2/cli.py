@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.policy.dl2 import window_order_of
+from slurm_liquid.policy.dl2 import start_margin_of, window_order_of
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, WINDOW_ORDERS
 
 TEACHERS = ("drf", "srtf", "srtf-restart", "fifo", "tiresias", "optimus", "sacct")
@@ -162,7 +162,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
                          restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs,
                          max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
                          seed=args.seed, window=int(meta["window"]), window_order=meta["window_order"],
-                         start_margin=float(meta.get("start_margin", 0.0)),
+                         start_margin=start_margin_of(meta),
                          ppo_clip=args.ppo_clip)
         ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
         state = T.TrainState(params, Adam(params, lr=cfg.lr))
@@ -251,7 +251,7 @@ def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_s
     res = None
     for r in range(args.dagger):
         student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"],
-                            start_margin=float(meta.get("start_margin", 0.0)))
+                            start_margin=start_margin_of(meta))
         for k, load in enumerate(loads):
             seed = 5000 + args.seed * 1000 + r * len(loads) + k
             seeds.append(seed)
