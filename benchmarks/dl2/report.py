@@ -179,7 +179,7 @@ def _paper() -> list[str]:
 
 def _generalise() -> list[str]:
     """benchmarks/dl2/generalise.py runs: held-out Philly workloads at loads 0.5-2.0."""
-    from generalise import table
+    from generalise import table, targets
 
     lines = []
     for p in sorted(HERE.glob("runs/generalise*.json")):
@@ -197,6 +197,9 @@ def _generalise() -> list[str]:
                       f"`nice python benchmarks/dl2/generalise.py {opts} --out benchmarks/dl2/{p.relative_to(HERE)}`), "
                       "mean JCT (s):", ""]
             lines += table(res["cells"]) + [""]
+            checked = targets(res["cells"])
+            if checked:
+                lines += ["The every-load targets (issue 22), per restart penalty and batch mode:", ""] + checked + [""]
     return (["## Generalisation: held-out Philly workloads by load (`generalise.py`)", ""] + lines) if lines else []
 
 

@@ -24,11 +24,15 @@ for P in 30 150; do
     --warmup-workloads 8 --warmup-epochs 6
 done
 # 1c. the same with the restart-aware teacher (srtf-restart: a waiting job ranks 8 restart penalties later, a
-# running job keeps its GPUs unless a change saves more than 8 penalties); candidates, not shipped (notes.md)
+# running job keeps its GPUs unless a change saves more than 8 penalties); candidates (notes.md)
 for P in 30 150; do
   slurm-liquid policy train --supervised --teacher srtf-restart --dagger 2 --restart-penalty $P \
     --out $R/dagger-restart-p$P.npz --warmup-workloads 8 --warmup-epochs 6 --curves benchmarks/dl2/srtf-restart-p$P
 done
+# 1d. the 150 s candidate fine-tuned on the same teacher with jobs that scale their batch (warm-up and DAgger
+# again from it): the shipped 150 s file (alone, 1c's stalls on overloaded batch-scaling samples)
+slurm-liquid policy train --supervised --teacher srtf-restart --init $R/dagger-restart-p150.npz --dagger 2 \
+  --batch-scaling --restart-penalty 150 --warmup-workloads 6 --warmup-epochs 3 --out $R/dagger-restart-bs-p150.npz
 # 2. actor-critic RL from each srtf warm-up (keeps the best validated weights, the warm start included)
 slurm-liquid policy train --rl --init $R/srtf-warm-p30.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
 slurm-liquid policy train --rl --init $R/srtf-warm-p150.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-p150.npz --curves benchmarks/dl2/rl-p150
@@ -48,6 +52,13 @@ for P in 30 150; do
     --out $R/held-out-restart-p$P.json new=$R/dagger-restart-p$P.npz
   python benchmarks/dl2/generalise.py --penalties $P --no-bound --policy-file $R/dagger-restart-p$P.npz \
     --out $R/restart-generalise-p$P.json
+  if [ $P = 150 ]; then  # the fine-tuned file, fixed batch and batch scaling, beside 1c's and the shipped one
+    python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1,1.5,2 --baselines drf,tiresias \
+      --out $R/held-out-restart-bs-p$P.json bs=$R/dagger-restart-bs-p$P.npz cand=$R/dagger-restart-p$P.npz
+    python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1,1.5,2 --batch-scaling --baselines drf,tiresias \
+      --out $R/held-out-restart-bs-scaling-p$P.json bs=$R/dagger-restart-bs-p$P.npz cand=$R/dagger-restart-p$P.npz \
+      shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
+  fi
   # does it finish under overload? (a policy that keeps restarting jobs never does; the simulator stops it)
   python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies drf,dl2 --no-bound \
     --policy-file $R/dagger-p$P.npz --out $R/overload-dagger-p$P.json
@@ -69,7 +80,7 @@ slurm-liquid policy train --rl --batch-scaling --init $R/warm-bs.npz --episodes 
 slurm-liquid policy train --rl --batch-scaling --init $R/warm-bs.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-bs-p150.npz
 wait
 for P in 30 150; do
-  python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --philly 8 --baselines drf --out $R/held-out-bs-p$P.json \
+  python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --philly 8 --baselines drf,tiresias --out $R/held-out-bs-p$P.json \
     dl2-bs=$R/rl-bs-p$P.npz warm-up-bs=$R/warm-bs.npz shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
   python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --reference --baselines drf,tiresias,optimus,fifo \
     --out $R/eval-scaling-p$P.json dl2=slurm_liquid/policy/dl2/trained/dl2-p$P.npz dl2-bs=$R/rl-bs-p$P.npz

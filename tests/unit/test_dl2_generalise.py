@@ -29,6 +29,29 @@ def test_table_reports_dl2_share_of_the_oracle_margin() -> None:
             "avg_jct_s": {"drf": 4000.0, "tiresias": 3900.0, "dl2": 3500.0, "srtf-oracle": 3000.0, "lp-bound": 2000.0}}
     row = G.table([cell])[-1]
     assert "| -12.5% | 50% | -10.3% | 2.00x | 1.75x |" in row
+    # a stronger reference makes the share harder to earn: the better of the two oracles sets the margin
+    cell["avg_jct_s"]["srtf-restart-oracle"] = 2000.0
+    assert "| -12.5% | 25% | -10.3% |" in G.table([cell])[-1]
+    cell["avg_jct_s"].update({"srtf-oracle": 4100.0, "srtf-restart-oracle": 4200.0})
+    assert "n/a (oracle not below DRF)" in G.table([cell])[-1]
+
+
+def _cell(load: float, scaling: bool, **m: float | None) -> dict:
+    return {"penalty": 150.0, "scaling": scaling, "load": load, "avg_jct_s": m}
+
+
+def test_targets_check_every_load_the_mean_share_and_tiresias() -> None:
+    good = [_cell(0.5, False, drf=100.0, tiresias=90.0, dl2=80.0, **{"srtf-oracle": 70.0, "srtf-restart-oracle": 60.0}),
+            _cell(1.0, False, drf=100.0, tiresias=120.0, dl2=90.0, **{"srtf-oracle": 90.0, "srtf-restart-oracle": 95.0})]
+    # shares 50% and 100%: mean 75%; worst against Tiresias -11.1%
+    assert G.targets(good)[-1] == "| 150 | fixed | 2 of 2 | 75% | -11.1% | yes |"
+    above_drf = good + [_cell(2.0, False, drf=100.0, tiresias=150.0, dl2=101.0, **{"srtf-oracle": 99.0})]
+    assert G.targets(above_drf)[-1].endswith("| 2 of 3 | 17% | -11.1% | no |")
+    near_tiresias = [_cell(0.5, True, drf=100.0, tiresias=90.0, dl2=95.0, **{"srtf-oracle": 90.0})]
+    assert G.targets(near_tiresias)[-1] == "| 150 | scaling | 1 of 1 | 50% | +5.6% | no |"
+    stalled = good + [_cell(2.0, False, drf=100.0, tiresias=150.0, dl2=None, **{"srtf-oracle": 99.0})]
+    assert G.targets(stalled)[-1].endswith("| 2 of 3 (1 stalled) | 75% | -11.1% | no |")
+    assert G.targets([_cell(1.0, False, drf=100.0)]) == []  # no DL2 column: nothing to check
 
 
 def test_shipping_samples_at_several_loads_keep_load_one_as_it_was(tmp_path, capsys, monkeypatch) -> None:

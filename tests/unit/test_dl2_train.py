@@ -206,6 +206,16 @@ def test_a_file_taught_by_the_restart_aware_teacher_ranks_waiting_jobs_as_it_did
     assert main(["policy", "train", "--rl", "--init", str(out), "--out", str(rl), "--episodes", "1", "--jobs", "6",
                  "--validation-workloads", "1", "--validation-jobs", "6", "--hidden", "8", "--restart-penalty", "150"]) == 0
     assert load_policy(rl)[1]["start_margin"] == 8.0
+    # imitation again from a file, with jobs that scale their batch (how the shipped 150 s file was made):
+    # the stages say so, and the init file's own imitation record is kept
+    tuned = tmp_path / "tuned.npz"
+    assert main(["policy", "train", "--supervised", "--teacher", "srtf-restart", "--init", str(out), "--batch-scaling",
+                 "--out", str(tuned)] + common) == 0
+    meta = load_policy(tuned)[1]
+    assert meta["stages"][-2:] == ["init from r.npz", "supervised on srtf-restart (jobs scale their batch)"]
+    assert meta["batch_scaling"] is True and meta["start_margin"] == 8.0
+    assert meta["training"]["earlier"][0]["warmup"]["teacher"] == "srtf-restart"
+    assert meta["training"]["warmup"]["teacher"] == "srtf-restart"
 
 
 @pytest.mark.parametrize("bad", ["8", -1.0, float("nan"), 1e9, True])

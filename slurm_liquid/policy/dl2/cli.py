@@ -134,7 +134,13 @@ def train(args: argparse.Namespace, load_policy) -> int:
     else:
         params = T.new_params(args.hidden, args.layers, args.seed)
     meta.setdefault("training", {})
+    # the stages say which runs had jobs that scale their batch (a file can be fine-tuned from one
+    # trained without: the top-level `batch_scaling` then records only the last run's)
+    scaling = " (jobs scale their batch)" if args.batch_scaling else ""
     if args.supervised:
+        earlier = {k: meta["training"].pop(k) for k in ("warmup", "dagger") if k in meta["training"]}
+        if earlier:  # imitation again from --init: keep what the init file's imitation was
+            meta["training"].setdefault("earlier", []).append(earlier)
         if args.teacher != "sacct":  # the ranking columns rank waiting jobs as this teacher does (`dl2.state`)
             from slurm_liquid.policy import make_policy
 
@@ -148,14 +154,14 @@ def train(args: argparse.Namespace, load_policy) -> int:
                              f"({len(train_steps)} for training, {len(held)} held out)")
         res = T.supervised(params, train_steps, held, epochs=args.warmup_epochs, lr=args.lr or 1e-3,
                            seed=args.seed, progress=_say)
-        meta["stages"].append(f"supervised on {args.teacher}")
+        meta["stages"].append(f"supervised on {args.teacher}{scaling}")
         meta["training"]["warmup"] = {"teacher": args.teacher, **source, "decisions": len(train_steps),
                                       "held_out_agreement": res.curve[-1]["held_out_agreement"] if res.curve else None}
         if args.curves:
             T.write_curves(res.curve, f"{args.curves}-warmup", f"warm-up on {args.teacher}")
         if args.dagger:
             _dagger(args, config, speed, meta, params, train_steps, held)
-            meta["stages"].append(f"{args.dagger} DAgger rounds on {args.teacher}")
+            meta["stages"].append(f"{args.dagger} DAgger rounds on {args.teacher}{scaling}")
     if args.rl:
         cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-5, entropy=args.entropy, explore=args.explore,
                          job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
@@ -192,7 +198,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
                       for s in range(VALIDATION_SEED + args.seed, VALIDATION_SEED + args.seed + args.validation_workloads)}
         T.train_rl(state, cfg, config, speed, validation, eval_every=args.eval_every, checkpoint=checkpoint, progress=_say)
         params = state.params
-        meta["stages"].append(f"actor-critic RL, {cfg.episodes} episodes")
+        meta["stages"].append(f"actor-critic RL, {cfg.episodes} episodes{scaling}")
         if state.best is not None and not args.last:
             params = state.best[2]
             meta["stages"].append(f"kept episode {state.best[1]} (best validation mean JCT {state.best[0]:.0f} s)")
