@@ -1,11 +1,12 @@
 """The replica of the DL2 paper's setting (slurm_liquid.sim.paper): every policy on N traces per setting.
 
-    nice python benchmarks/dl2/paper.py --seeds 8 --out benchmarks/dl2/runs/paper.json [--policies drf,optimus,drf-best-split]
+    nice python benchmarks/dl2/paper.py --seeds 8 --out benchmarks/dl2/runs/paper.json [--policies drf,optimus,drf-best-split,hull]
 
 Traces are seeds 10000.. of the artifact's generator (`--first`); DL2 policies for the replica train
 on seeds below 10000, so these stay held out. Prints a table of mean JCT per policy and its change
 against the replica's DRF, beside the figures a Python re-run of the artifact's baselines gave
-(DL2_PAPER_SETTING.md) and the paper's own.
+(DL2_PAPER_SETTING.md) and the paper's own, and a `bound` row: every job alone at its peak speed
+within the per-role cap from its arrival, which no policy that keeps the cap beats.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from paper_teachers import bound_s
 from slurm_liquid.sim.paper import SETTINGS, run_paper
 
 HELD_OUT = 10_000
@@ -31,12 +33,14 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--first", type=int, default=HELD_OUT)
     ap.add_argument("--settings", default=",".join(SETTINGS))
-    ap.add_argument("--policies", default="drf,optimus,drf-best-split")
+    ap.add_argument("--policies", default="drf,optimus,drf-best-split,hull")
     ap.add_argument("--policy-file", help="DL2 PS/worker policy for --policies ...,dl2 (default: the shipped one)")
     ap.add_argument("--out")
     ap.add_argument("--train", metavar="OUT.npz", help="instead: a supervised warm-up of the PS/worker DL2 on "
                     "--teacher's decisions, traces 0..--train-seeds-1 of the first of --settings, written to OUT.npz")
-    ap.add_argument("--teacher", default="drf-best-split", help="drf, optimus or drf-best-split")
+    ap.add_argument("--teacher", default="drf-best-split", help="drf, optimus, drf-best-split or hull")
+    ap.add_argument("--window", type=int, help="with --train: jobs the network sees per decision (default: the "
+                    "setting's scheduling window)")
     ap.add_argument("--train-seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=5)
     args = ap.parse_args()
@@ -46,7 +50,8 @@ def main() -> int:
         from slurm_liquid.sim.paper import make_paper_policy
 
         setting = SETTINGS[args.settings.split(",")[0]]
-        params, meta = warmup(setting, make_paper_policy(args.teacher), range(args.train_seeds), args.epochs)
+        params, meta = warmup(setting, make_paper_policy(args.teacher), range(args.train_seeds), args.epochs,
+                              window=args.window)
         save_policy(args.train, params, meta, features=PS_FEATURES)
         print(json.dumps(meta["training"]))
         return 0
@@ -55,9 +60,11 @@ def main() -> int:
     for name in args.settings.split(","):
         per: dict[str, dict[int, float]] = {p: {} for p in policies}
         t0 = time.perf_counter()
+        per["bound"] = {}  # no policy beats it: every job alone at its peak speed from its arrival
         for seed in out["seeds"]:
             for p, r in run_paper(name, seed, policies, args.policy_file).items():
                 per[p][seed] = r.avg_jct_s
+            per["bound"][seed] = bound_s(SETTINGS[name], seed)
         means = {p: statistics.fmean(v.values()) for p, v in per.items()}
         out["settings"][name] = {"avg_jct_s": means, "per_seed": per, "wall_s": time.perf_counter() - t0}
         print(f"\n{name} ({args.seeds} traces, seeds {args.first}-{args.first + args.seeds - 1}, {time.perf_counter() - t0:.0f} s)")

@@ -26,7 +26,9 @@ throughput depends on both counts, not all-reduce jobs on measured placements. W
 Policies (`PaperPolicy`): `drf` (the artifact's: one worker + one PS at a time, by dominant share,
 up to the worker cap), `optimus` (the artifact's: a worker and a PS first, then the task with the
 largest cut in remaining time), `drf-best-split` (a reference: DRF's task counts, split between PS
-and workers as the speed table says is fastest) and `dl2` (`slurm_liquid.policy.dl2.psworker`).
+and workers as the speed table says is fastest), `hull` (a reference and DL2's teacher: a worker and a
+PS each, then the tasks that add the most throughput, placed so the least-used-node rule packs them)
+and `dl2` (`slurm_liquid.policy.dl2.psworker`).
 """
 
 from __future__ import annotations
@@ -167,9 +169,6 @@ class Slot:
         for job in self.jobs:
             job.ps = job.workers = 0
 
-    def least_used(self) -> int:
-        return self._heap[0][1]
-
     def can_grow(self, job: PaperJob, role: str) -> bool:
         cap = self.setting.max_tasks
         return (role == "ps" and job.ps < cap) or (role == "worker" and job.workers < cap) or \
@@ -180,16 +179,6 @@ class Slot:
         """(CPU, GPU) slots of one more worker, PS or both ("bundle")."""
         return {"worker": WORKER_SLOTS[job.model], "ps": PS_SLOTS,
                 "bundle": tuple(a + b for a, b in zip(WORKER_SLOTS[job.model], PS_SLOTS))}[role]
-
-    def fits(self, job: PaperJob, role: str) -> bool:
-        """Whether `add(job, role)` would succeed now (the job under its cap, the least-used node has room)."""
-        need, node = self.need(job, role), self.least_used()
-        return self.can_grow(job, role) and all(self.used[node, r] + need[r] <= NODE_SLOTS for r in range(2))
-
-    def free(self) -> tuple[float, float]:
-        """Free share of the cluster's CPU and GPU slots."""
-        total = self.setting.nodes * NODE_SLOTS
-        return 1 - self.used[:, 0].sum() / total, 1 - self.used[:, 1].sum() / total
 
     def add(self, job: PaperJob, role: str) -> bool:
         """One more worker, PS or both ("bundle", on one node) for `job`; False if the least-used node
@@ -309,6 +298,131 @@ class PaperOptimus:
             heapq.heappush(queue, (-gain, job.index, role, job))
 
 
+CPU_TASKS_PER_NODE = NODE_SLOTS // 2  # a worker or a PS holds 2 CPU slots
+GPU_WORKERS_PER_NODE = NODE_SLOTS // 4  # a GPU worker holds 4 GPU slots
+
+
+def uses_gpu(job: PaperJob) -> bool:
+    """Whether the job's workers hold GPU slots (cnn-text-classification and dssm workers do not)."""
+    return WORKER_SLOTS[job.model][1] > 0
+
+
+def capacity(setting: PaperSetting) -> tuple[int, int]:
+    """(tasks, GPU workers) the whole cluster holds."""
+    return setting.nodes * CPU_TASKS_PER_NODE, setting.nodes * GPU_WORKERS_PER_NODE
+
+
+@lru_cache(maxsize=None)
+def next_step(model: int, cap: int, ps: int, workers: int) -> tuple[int, int, float] | None:
+    """From (ps, workers), the (PS, workers) with at least as many of each (at most `cap`) whose speed
+    gains the most epochs per slot per added task, and that speed; None if no addition is faster.
+    Several tasks at once where a split only pays off together (resnet-50: 1 -> 3 PS). Steps from
+    (1, 1) trace the upper concave hull of the speed over the monotone additions."""
+    now = samples_per_s(model, ps, workers) * SLOT_S / EPOCH_SIZE[model]
+    best: tuple[float, int, int, float] | None = None
+    for p in range(max(ps, 1), cap + 1):
+        for w in range(max(workers, 1), cap + 1):
+            added = p + w - ps - workers
+            speed = samples_per_s(model, p, w) * SLOT_S / EPOCH_SIZE[model]
+            if added > 0 and speed > now and (best is None or (speed - now) / added > best[0]):
+                best = ((speed - now) / added, p, w, speed)
+    return None if best is None else best[1:]
+
+
+def peak_speed(model: int, cap: int) -> float:
+    """Epochs per slot of the fastest (PS, workers) with at most `cap` of each."""
+    return max(samples_per_s(model, p, w) for p in range(1, cap + 1) for w in range(1, cap + 1)) * SLOT_S / EPOCH_SIZE[model]
+
+
+def first_bundles(slot: Slot) -> tuple[list[PaperJob], int, int]:
+    """The jobs that get a worker and a PS before anything else (arrival order, while the cluster's
+    `capacity` lasts: the artifact's ASSIGN_BUNDLE, no job starves), and the (tasks, GPU workers) left."""
+    tasks_left, gpu_left = capacity(slot.setting)
+    bundled = []
+    for job in sorted(slot.jobs, key=lambda j: (j.arrival, j.index)):
+        if tasks_left < 2 or gpu_left < uses_gpu(job):
+            break
+        bundled.append(job)
+        tasks_left, gpu_left = tasks_left - 2, gpu_left - uses_gpu(job)
+    return bundled, tasks_left, gpu_left
+
+
+def place_cpu_first(slot: Slot, targets: dict[str, tuple[int, int]]) -> None:
+    """Place every job's (PS, workers) target through the least-used-node rule: CPU-only tasks (PS,
+    and the workers of CPU-only job types) first, then GPU workers, one task per job and round in
+    arrival order. The order matters because the rule ranks nodes by used CPU + GPU slots: a node
+    holding 4 CPU-only tasks is full at 8 used slots, and once it ranks least used every later task
+    fails. Spread first, CPU-only tasks leave every node within one task of the next, and the GPU
+    workers then go to the nodes with CPU left; so any targets within `capacity` are placed in full
+    (tests/unit/test_sim_paper.py), where placing GPU workers first loses about 5 points of mean JCT
+    (`benchmarks/dl2/paper_teachers.py`)."""
+    jobs = [j for j in sorted(slot.jobs, key=lambda j: (j.arrival, j.index)) if j.id in targets]
+    for job in slot.jobs:
+        job.ps = job.workers = 0
+    for gpu_phase in (False, True):
+        added = True
+        while added:
+            added = False
+            for job in jobs:
+                roles = (("worker",) if uses_gpu(job) else ()) if gpu_phase else \
+                    (("ps",) if uses_gpu(job) else ("ps", "worker"))
+                for role in roles:
+                    held = job.ps if role == "ps" else job.workers
+                    if held < targets[job.id][role == "worker"] and slot.add(job, role):
+                        added = True
+
+
+class PaperHull:
+    """A reference, not the artifact's, and the PS/worker DL2's teacher: every active job a worker
+    and a PS (arrival order), then, step after step, the job whose `next_step` gains the most epochs
+    per slot per task, while the cluster's `capacity` lasts; placed with `place_cpu_first`.
+    `place="ideal"` sets the targets without placing them (as `drf-best-split` does), for reference."""
+
+    name = "hull"
+
+    def __init__(self, place: str = "cpu-first") -> None:
+        self.place = place
+
+    def reset(self) -> None:
+        pass
+
+    @staticmethod
+    def plan(slot: Slot) -> list[tuple[PaperJob, int, int]]:
+        """The (job, PS, workers) targets in the order they are decided: the first bundles, then the steps."""
+        setting = slot.setting
+        bundled, tasks_left, gpu_left = first_bundles(slot)
+        held = {job.id: (1, 1) for job in bundled}
+        plan = [(job, 1, 1) for job in bundled]
+        queue: list = []
+
+        def push(job: PaperJob) -> None:
+            step = next_step(job.model, setting.max_tasks, *held[job.id])
+            if step is not None:
+                ps, workers, speed = step
+                now = job.epochs_per_slot(*held[job.id])
+                heapq.heappush(queue, (-(speed - now) / (ps + workers - sum(held[job.id])), job.index, ps, workers, job))
+
+        for job in bundled:
+            push(job)
+        while queue:
+            _, _, ps, workers, job = heapq.heappop(queue)
+            had_ps, had_workers = held[job.id]
+            tasks, gpus = ps + workers - had_ps - had_workers, (workers - had_workers) * uses_gpu(job)
+            if tasks <= tasks_left and gpus <= gpu_left:
+                held[job.id] = (ps, workers)
+                plan.append((job, ps, workers))
+                tasks_left, gpu_left = tasks_left - tasks, gpu_left - gpus
+                push(job)
+        return plan
+
+    def schedule(self, slot: Slot) -> None:
+        targets = {job.id: (ps, workers) for job, ps, workers in self.plan(slot)}
+        if self.place != "ideal":
+            return place_cpu_first(slot, targets)
+        for job in slot.jobs:
+            job.ps, job.workers = targets.get(job.id, (0, 0))
+
+
 @dataclass
 class PaperRun:
     """Every job of one trace under one policy."""
@@ -364,7 +478,7 @@ class PaperRun:
                          gpus_in_use=[g // 4 for g in self.gpu_slots_used])
 
 
-PAPER_POLICIES = ("drf", "optimus", "drf-best-split", "dl2")
+PAPER_POLICIES = ("drf", "optimus", "drf-best-split", "hull", "dl2")
 
 
 def make_paper_policy(name: str, policy_file: str | None = None) -> PaperPolicy:
@@ -375,6 +489,8 @@ def make_paper_policy(name: str, policy_file: str | None = None) -> PaperPolicy:
         return PaperOptimus()
     if name == "drf-best-split":
         return PaperBestSplit()
+    if name == "hull":
+        return PaperHull()
     if name == "dl2":
         from slurm_liquid.policy.dl2.psworker import make_psworker_dl2
 

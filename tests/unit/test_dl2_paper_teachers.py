@@ -12,7 +12,8 @@ from slurm_liquid.sim.paper import SETTINGS, NODE_SLOTS, PaperRun, Slot, paper_t
 
 def test_each_family_finishes_a_trace_within_the_caps() -> None:
     setting = SETTINGS["dl2-paper-small"]
-    for policy in (PT.SRTF(0.8), PT.GainOverRemaining(1.0), PT.ShortFirstDRF(0.25)):
+    for policy in (PT.SRTF(0.8), PT.GainOverRemaining(1.0), PT.ShortFirstDRF(0.25), PT.Hull("workers-first"),
+                   PT.Hull("bundles-first")):
         trace = paper_trace(setting, 3)
         seen = []
 
@@ -40,3 +41,10 @@ def test_srtf_plans_the_fastest_split_at_its_efficient_size() -> None:
     assert speed == max(job.epochs_per_slot(a, b) for a in range(1, 33) for b in range(1, 33))
     small = PT.SRTF(0.5)._plan(job, setting.max_tasks)
     assert small[1] + small[2] <= p + w and small[0] >= 0.5 * speed
+
+
+def test_the_bound_is_below_every_policy() -> None:
+    setting = SETTINGS["dl2-paper-small"]
+    trace = paper_trace(setting, 10_001)
+    best = min(PaperRun(setting, trace, "t").run(p).avg_jct_s for p in (PT.Hull("ideal"), PT.Hull("cpu-first")))
+    assert PT.bound_s(setting, 10_001) <= best

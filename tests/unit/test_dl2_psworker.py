@@ -34,25 +34,32 @@ def test_rows_cover_three_roles_per_window_job_and_stop() -> None:
     assert state.valid()[-1]
 
 
-def test_illegal_actions_are_masked_when_the_least_used_node_is_full() -> None:
-    st = replace(TINY, nodes=1)
+def test_actions_count_against_capacity_and_every_counted_task_is_placed() -> None:
+    st = replace(TINY, nodes=1)  # 4 tasks, 2 GPU workers
     jobs = P.paper_trace(st, 0)[:2]
     slot = P.Slot(st, 5, jobs)
     state = W.PSState(slot, 10)
     while state.valid()[:-1].any():
         state.apply(int(np.flatnonzero(state.valid()[:-1])[0]))
-    assert (slot.used <= P.NODE_SLOTS).all()
+    counted = [(j.ps, j.workers) for j in jobs]
+    assert sum(p + w for p, w in counted) <= 4 and (slot.used == 0).all()  # nothing placed yet
     assert state.valid()[-1]  # only stop is left
+    W.place(slot)
+    assert [(j.ps, j.workers) for j in jobs] == counted and (slot.used <= P.NODE_SLOTS).all()
 
 
-def test_imitating_drf_reproduces_drf_when_the_window_holds_every_job() -> None:
-    run = tiny_run(2)
-    drf = run.run(P.PaperDRF())
+@pytest.mark.parametrize("teacher, seed, roles", [
+    (P.PaperDRF, 2, {2}),  # DRF adds bundles only
+    (P.PaperHull, 5, {0, 1, 2}),  # hull's steps: workers, PS, and bundles where a step adds both
+])
+def test_imitating_a_teacher_reproduces_it_when_the_window_holds_every_job(teacher, seed, roles) -> None:
+    run = tiny_run(seed)
+    expected = run.run(teacher())
     steps: list = []
-    imitated = run.run(W.Imitate(P.PaperDRF(), TINY.window, steps))
-    assert imitated.jcts == pytest.approx(drf.jcts)
+    imitated = run.run(W.Imitate(teacher(), TINY.window, steps))
+    assert imitated.jcts == pytest.approx(expected.jcts)
     assert steps and all(s.valid[s.action] for s in steps)
-    assert {s.action % 3 for s in steps if s.action != len(s.valid) - 1} == {2}  # DRF adds bundles only
+    assert {s.action % 3 for s in steps if s.action != len(s.valid) - 1} == roles
 
 
 def test_imitating_the_best_split_uses_ps_and_worker_actions() -> None:

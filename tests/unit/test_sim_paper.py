@@ -5,6 +5,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurm_liquid.cli import main
 from slurm_liquid.errors import UsageError
@@ -78,6 +80,46 @@ def test_optimus_starts_every_job_with_a_worker_and_a_ps() -> None:
     assert all(j.ps >= 1 and j.workers >= 1 for j in jobs)
     assert all(j.ps <= st.max_tasks and j.workers <= st.max_tasks for j in jobs)
     assert (slot.used <= P.NODE_SLOTS).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes=st.integers(1, 8), jobs=st.lists(st.tuples(st.integers(0, 7), st.integers(1, 12), st.integers(1, 12)),
+                                             min_size=1, max_size=14))
+def test_cpu_first_placement_places_any_counts_within_capacity(nodes, jobs) -> None:
+    setting = small(nodes=nodes)
+    trace = [P.PaperJob(f"j{i}", i, model, 0, 100.0) for i, (model, _, _) in enumerate(jobs)]
+    tasks_left, gpu_left = P.capacity(setting)
+    targets = {}
+    for job, (_, ps, workers) in zip(trace, jobs):
+        gpus = workers * P.uses_gpu(job)
+        if ps + workers <= tasks_left and gpus <= gpu_left:
+            targets[job.id] = (ps, workers)
+            tasks_left, gpu_left = tasks_left - ps - workers, gpu_left - gpus
+    slot = P.Slot(setting, 0, trace)
+    P.place_cpu_first(slot, targets)
+    assert {j.id: (j.ps, j.workers) for j in trace if j.id in targets} == targets
+    assert (slot.used <= P.NODE_SLOTS).all()
+
+
+def test_next_step_adds_tasks_only_while_they_speed_the_job_up() -> None:
+    resnet, cap = 0, 32
+    assert P.next_step(resnet, cap, 1, 1)[:2] == (3, 1)  # 2 more PS at once: 3 PS, 1 worker is 3x one of each
+    ps, workers, speed = 1, 1, 0.0
+    while (step := P.next_step(resnet, cap, ps, workers)) is not None:
+        assert step[0] >= ps and step[1] >= workers and step[2] > speed
+        ps, workers, speed = step
+    assert speed == pytest.approx(P.peak_speed(resnet, cap))
+
+
+def test_hull_fills_the_cluster_within_caps_and_beats_the_artifact_baselines() -> None:
+    setting = P.SETTINGS["dl2-paper-small"]
+    jobs = P.paper_trace(setting, 10_000)[:40]
+    slot = P.Slot(setting, 20, jobs)
+    P.PaperHull().schedule(slot)
+    assert all(1 <= j.ps <= setting.max_tasks and 1 <= j.workers <= setting.max_tasks for j in jobs)
+    assert (slot.used <= P.NODE_SLOTS).all() and slot.used[:, 0].sum() == setting.nodes * P.NODE_SLOTS  # every CPU
+    res = P.run_paper("dl2-paper-small", 10_000, ["optimus", "drf-best-split", "hull"])
+    assert res["hull"].avg_jct_s < 0.9 * res["optimus"].avg_jct_s
 
 
 def test_lone_job_jct_is_its_fractional_run_time() -> None:

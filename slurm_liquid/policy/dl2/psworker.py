@@ -13,9 +13,15 @@ table) and the cluster's free CPU and GPU; the stop row has only the cluster par
 Before the network acts, every active job gets one bundle in arrival order while the cluster takes
 it (the artifact's ASSIGN_BUNDLE: no job starves), exactly the first round of the artifact's DRF.
 
+The actions count tasks against the cluster's capacity (CPU tasks and GPU workers in total); at the
+end of the slot `slurm_liquid.sim.paper.place_cpu_first` places them through the least-used-node
+rule, which packs any counts within capacity. Placing each task as it is chosen, bundles first, left
+capacity unused whenever a node full of CPU-only tasks ranked least used (a teacher's same targets
+ran 5.3% below Optimus placed that way, 16.1% placed at the end: `benchmarks/dl2/paper_teachers.py`).
+
 Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions
-in the replica (the artifact's DRF, its Optimus, or DRF's task counts with the best split), turned
-into this action sequence.
+in the replica (the artifact's DRF, its Optimus, DRF's task counts with the best split, or `hull`,
+whose steps are imitated in the order it takes them), turned into this action sequence.
 Reinforcement learning on this action space is left for later.
 """
 
@@ -30,6 +36,7 @@ import numpy as np
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2.agent import Step
 from slurm_liquid.policy.dl2.net import Params, forward, init_params
+from slurm_liquid.sim.paper import Slot, capacity, first_bundles, place_cpu_first, uses_gpu
 
 ROLES = ("worker", "ps", "bundle")
 N_TYPES = 8
@@ -42,9 +49,9 @@ def _after(job, role: str) -> tuple[int, int]:
 
 
 class PSState:
-    """The rows of one decision within a slot (`slot`: a `slurm_liquid.sim.paper.Slot`). The matrix
-    is built once per slot and updated in place: an action changes only its job's rows and the
-    cluster columns."""
+    """The rows of one decision within a slot (`slot`: a `slurm_liquid.sim.paper.Slot`), over the
+    jobs' counted (PS, workers). The matrix is built once per slot and updated in place: an action
+    changes only its job's rows and the cluster columns."""
 
     def __init__(self, slot, window: int) -> None:
         self.slot = slot
@@ -53,7 +60,12 @@ class PSState:
         self.jobs = sorted(grow, key=lambda j: (j.arrival, j.index))[:window]  # JOB_SORT_PRIORITY "Arrival"
         self.beyond = len(grow) - len(self.jobs)
         self.placed = 0  # tasks the network added in this slot
-        self.need = np.array([[slot.need(j, r) for r in ROLES] for j in self.jobs], dtype=int).reshape(-1, len(ROLES), 2)
+        self.total = capacity(slot.setting)
+        self.tasks_left = self.total[0] - sum(j.ps + j.workers for j in slot.jobs)
+        self.gpu_left = self.total[1] - sum(j.workers for j in slot.jobs if uses_gpu(j))
+        # (tasks, GPU workers) one more worker, PS or bundle takes
+        self.need = np.array([[(1, uses_gpu(j)), (1, 0), (2, uses_gpu(j))] for j in self.jobs],
+                             dtype=int).reshape(-1, len(ROLES), 2)
         self.x = np.zeros((self.rows(), PS_FEATURES))
         self.x[-1, -1] = 1.0
         for i in range(len(self.jobs)):
@@ -70,8 +82,8 @@ class PSState:
         return None
 
     def valid(self) -> np.ndarray:
-        slot, cap = self.slot, self.slot.setting.max_tasks
-        free = 8 - slot.used[slot.least_used()]  # NODE_SLOTS of each resource
+        cap = self.slot.setting.max_tasks
+        free = np.array([self.tasks_left, self.gpu_left])
         ps = np.array([j.ps for j in self.jobs])
         workers = np.array([j.workers for j in self.jobs])
         grow = np.stack([workers < cap, ps < cap, (workers < cap) & (ps < cap)], axis=1) if self.jobs else np.zeros((0, 3), bool)
@@ -81,7 +93,7 @@ class PSState:
         return ok
 
     def _cluster(self) -> None:
-        cpu, gpu = self.slot.free()
+        cpu, gpu = self.tasks_left / self.total[0], self.gpu_left / self.total[1]  # free shares of the CPU and GPU slots
         self.x[:, -5:-1] = (cpu, gpu, len(self.jobs) / self.window, self.beyond / self.window)
 
     def _job_rows(self, i: int) -> None:
@@ -106,9 +118,14 @@ class PSState:
         """Take a non-stop action; False for stop."""
         if action == self.rows() - 1:
             return False
-        i, role = action // len(ROLES), ROLES[action % len(ROLES)]
-        if not self.slot.add(self.jobs[i], role):  # valid() said it fits: a failure is a bug
-            raise RuntimeError(f"{self.jobs[i].id}: {role} did not fit although it was legal")
+        i, r = divmod(action, len(ROLES))
+        job, role = self.jobs[i], ROLES[r]
+        tasks, gpus = self.need[i, r]
+        if tasks > self.tasks_left or gpus > self.gpu_left or not self.slot.can_grow(job, role):
+            raise RuntimeError(f"{job.id}: {role} does not fit although it was legal")  # valid() said it does
+        job.workers += role in ("worker", "bundle")
+        job.ps += role in ("ps", "bundle")
+        self.tasks_left, self.gpu_left = self.tasks_left - tasks, self.gpu_left - gpus
         self.placed += 1
         self._job_rows(i)
         self._cluster()
@@ -116,10 +133,14 @@ class PSState:
 
 
 def assign_bundles(slot) -> None:
-    """Every job one worker and one PS, in arrival order, while the least-used node takes them."""
-    for job in sorted(slot.jobs, key=lambda j: (j.arrival, j.index)):
-        if not slot.add(job, "bundle"):
-            break
+    """Count one worker and one PS for every job of `first_bundles` (the slot starts with none)."""
+    for job in first_bundles(slot)[0]:
+        job.ps = job.workers = 1
+
+
+def place(slot) -> None:
+    """Place the counted tasks of the slot's jobs (the end of the slot's decisions)."""
+    place_cpu_first(slot, {j.id: (j.ps, j.workers) for j in slot.jobs if j.ps or j.workers})
 
 
 class PSWorkerDL2:
@@ -154,7 +175,7 @@ class PSWorkerDL2:
         while True:
             valid = state.valid()
             if not valid[:-1].any():
-                return
+                return place(slot)
             x = state.matrix()
             fw = forward(self.params, x[None], np.ones((1, len(x)), dtype=bool), valid[None])
             p = fw.prob[0]
@@ -162,7 +183,7 @@ class PSWorkerDL2:
             if self.steps is not None:
                 self.steps.append(Step(x.copy(), valid, action, float(p[action])))
             if not state.apply(action):
-                return
+                return place(slot)
 
 
 def load_psworker(path: str | Path) -> tuple[Params, dict]:
@@ -197,7 +218,9 @@ def next_action(state: PSState, targets: dict[str, tuple[int, int]]) -> int:
 
 class Imitate:
     """Runs `teacher` on a shadow of each slot to get its (PS, workers) per job, then reaches them on
-    the real slot with PS/worker actions after the bundle round, recording each decision."""
+    the real slot with PS/worker actions after the bundle round, recording each decision. A teacher
+    with a `plan` (`PaperHull`) is followed step by step in its own order (a bundle while both roles
+    fall short, else the short one), then stops; others through `next_action`."""
 
     def __init__(self, teacher, window: int, steps: list[Step]) -> None:
         self.teacher, self.window, self.steps = teacher, window, steps
@@ -207,22 +230,35 @@ class Imitate:
         self.teacher.reset()
 
     def schedule(self, slot) -> None:
-        from slurm_liquid.sim.paper import Slot
-
-        self.teacher.schedule(Slot(slot.setting, slot.ts, slot.jobs))
-        targets = {j.id: (j.ps, j.workers) for j in slot.jobs}
+        shadow = Slot(slot.setting, slot.ts, slot.jobs)
+        plan = self.teacher.plan(shadow) if hasattr(self.teacher, "plan") else None
+        if plan is None:
+            self.teacher.schedule(shadow)
+            targets = {j.id: (j.ps, j.workers) for j in slot.jobs}
         for job in slot.jobs:  # the real slot is still empty
             job.ps = job.workers = 0
         assign_bundles(slot)
         state = PSState(slot, self.window)
+        for job, ps, workers in plan or ():
+            while (job.ps, job.workers) != (ps, workers):
+                role = "bundle" if job.ps < ps and job.workers < workers else "ps" if job.ps < ps else "worker"
+                action, valid = state.action_of(job, role), state.valid()
+                if action is None or not valid[action]:  # outside the window, or past a cap
+                    break
+                self.steps.append(Step(state.matrix().copy(), valid, action))
+                state.apply(action)
         while True:
             valid = state.valid()
             if not valid[:-1].any():
-                return
+                return place(slot)
+            if plan is not None:  # the teacher stops here (a stop is not legal before the first task)
+                if valid[-1]:
+                    self.steps.append(Step(state.matrix().copy(), valid, state.rows() - 1))
+                return place(slot)
             action = next_action(state, targets)
             self.steps.append(Step(state.matrix().copy(), valid, action))
             if not state.apply(action):
-                return
+                return place(slot)
 
 
 def teacher_steps(traces: Sequence, teacher, window: int) -> list[Step]:
@@ -242,18 +278,20 @@ __all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2"
 
 
 def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int = 64, layers: int = 2,
-           seed: int = 0, held_out: int = 1) -> tuple[Params, dict]:
+           seed: int = 0, held_out: int = 1, window: int | None = None) -> tuple[Params, dict]:
     """Supervised warm-up on `teacher`'s decisions in the replica: traces `seeds` (the last `held_out`
-    of them measure agreement only). Returns the weights and the metadata of a policy file."""
+    of them measure agreement only), the network seeing `window` jobs (default: the setting's).
+    Returns the weights and the metadata of a policy file."""
     from slurm_liquid.policy.dl2.train import supervised
     from slurm_liquid.sim.paper import PaperRun, paper_trace
 
     runs = [PaperRun(setting, paper_trace(setting, s)) for s in seeds]
     cut = max(1, len(runs) - held_out)
-    train = teacher_steps(runs[:cut], teacher, setting.window)
-    test = teacher_steps(runs[cut:], teacher, setting.window) if len(runs) > cut else train[-2000:]
+    window = window or setting.window
+    train = teacher_steps(runs[:cut], teacher, window)
+    test = teacher_steps(runs[cut:], teacher, window) if len(runs) > cut else train[-2000:]
     result = supervised(new_psworker_params(hidden, layers, seed), train, test, epochs=epochs, seed=seed)
-    meta = {"window": setting.window, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
+    meta = {"window": window, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
             "setting": setting.name, "stages": [f"supervised warm-up on {teacher.name}"],
             "training": {"teacher": teacher.name, "trace_seeds": list(seeds), "decisions": len(train),
                          "held_out_agreement": result.curve[-1]["held_out_agreement"]},
