@@ -109,6 +109,11 @@ def samples_per_s(model: int, ps: int, workers: int) -> float:
     return max(0.0, float(_speed_table()[MODELS[model]](ps, workers)))
 
 
+def epochs_per_slot(model: int, ps: int, workers: int) -> float:
+    """Epochs a job of type `model` makes in one slot on `ps` PS and `workers` workers."""
+    return samples_per_s(model, ps, workers) * SLOT_S / EPOCH_SIZE[model]
+
+
 @dataclass
 class PaperJob:
     """One PS/worker job; `ps`, `workers` are what it holds in the current slot."""
@@ -126,7 +131,7 @@ class PaperJob:
     def epochs_per_slot(self, ps: int | None = None, workers: int | None = None) -> float:
         ps = self.ps if ps is None else ps
         workers = self.workers if workers is None else workers
-        return samples_per_s(self.model, ps, workers) * SLOT_S / EPOCH_SIZE[self.model]
+        return epochs_per_slot(self.model, ps, workers)
 
     def remaining(self) -> float:
         return self.epochs - self.progress
@@ -318,12 +323,12 @@ def next_step(model: int, cap: int, ps: int, workers: int) -> tuple[int, int, fl
     gains the most epochs per slot per added task, and that speed; None if no addition is faster.
     Several tasks at once where a split only pays off together (resnet-50: 1 -> 3 PS). Steps from
     (1, 1) trace the upper concave hull of the speed over the monotone additions."""
-    now = samples_per_s(model, ps, workers) * SLOT_S / EPOCH_SIZE[model]
+    now = epochs_per_slot(model, ps, workers)
     best: tuple[float, int, int, float] | None = None
     for p in range(max(ps, 1), cap + 1):
         for w in range(max(workers, 1), cap + 1):
             added = p + w - ps - workers
-            speed = samples_per_s(model, p, w) * SLOT_S / EPOCH_SIZE[model]
+            speed = epochs_per_slot(model, p, w)
             if added > 0 and speed > now and (best is None or (speed - now) / added > best[0]):
                 best = ((speed - now) / added, p, w, speed)
     return None if best is None else best[1:]
@@ -331,7 +336,7 @@ def next_step(model: int, cap: int, ps: int, workers: int) -> tuple[int, int, fl
 
 def peak_speed(model: int, cap: int) -> float:
     """Epochs per slot of the fastest (PS, workers) with at most `cap` of each."""
-    return max(samples_per_s(model, p, w) for p in range(1, cap + 1) for w in range(1, cap + 1)) * SLOT_S / EPOCH_SIZE[model]
+    return max(epochs_per_slot(model, p, w) for p in range(1, cap + 1) for w in range(1, cap + 1))
 
 
 def first_bundles(slot: Slot) -> tuple[list[PaperJob], int, int]:
@@ -417,10 +422,11 @@ class PaperHull:
 
     def schedule(self, slot: Slot) -> None:
         targets = {job.id: (ps, workers) for job, ps, workers in self.plan(slot)}
-        if self.place != "ideal":
-            return place_cpu_first(slot, targets)
-        for job in slot.jobs:
-            job.ps, job.workers = targets.get(job.id, (0, 0))
+        if self.place == "ideal":
+            for job in slot.jobs:
+                job.ps, job.workers = targets.get(job.id, (0, 0))
+        else:
+            place_cpu_first(slot, targets)
 
 
 @dataclass
