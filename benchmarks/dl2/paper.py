@@ -44,6 +44,8 @@ def main() -> int:
     ap.add_argument("--train-seeds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=5)
     args = ap.parse_args()
+    if args.window is not None and args.window < 1:
+        ap.error(f"--window must be at least 1, got {args.window}")
     if args.train:
         from slurm_liquid.policy.dl2.io import save_policy
         from slurm_liquid.policy.dl2.psworker import PS_FEATURES, warmup
