@@ -42,10 +42,14 @@ def main() -> int:
     ap.add_argument("--window", type=int, help="with --train: jobs the network sees per decision (default: the "
                     "setting's scheduling window)")
     ap.add_argument("--train-seeds", type=int, default=3)
+    ap.add_argument("--dagger", type=int, default=0, metavar="ROUNDS", help="with --train: DAgger rounds after the "
+                    "warm-up, each on the next two traces (the student acts, the teacher labels its slots)")
     ap.add_argument("--epochs", type=int, default=5)
     args = ap.parse_args()
     if args.window is not None and args.window < 1:
         ap.error(f"--window must be at least 1, got {args.window}")
+    if args.dagger < 0:
+        ap.error(f"--dagger must be 0 or more, got {args.dagger}")
     if args.train:
         from slurm_liquid.policy.dl2.io import save_policy
         from slurm_liquid.policy.dl2.psworker import PS_FEATURES, warmup
@@ -53,7 +57,7 @@ def main() -> int:
 
         setting = SETTINGS[args.settings.split(",")[0]]
         params, meta = warmup(setting, make_paper_policy(args.teacher), range(args.train_seeds), args.epochs,
-                              window=args.window)
+                              window=args.window, dagger=args.dagger)
         save_policy(args.train, params, meta, features=PS_FEATURES)
         print(json.dumps(meta["training"]))
         return 0

@@ -170,8 +170,8 @@ def _paper() -> list[str]:
     for name, st in res["settings"].items():
         m, per = dict(st["avg_jct_s"]), dict(st["per_seed"])
         if extra and extra["seeds"] == res["seeds"] and name in extra["settings"]:
-            m["dl2 (shipped: warm-up on hull)"] = extra["settings"][name]["avg_jct_s"]["dl2"]
-            per["dl2 (shipped: warm-up on hull)"] = extra["settings"][name]["per_seed"]["dl2"]
+            m["dl2 (shipped: hull warm-up + DAgger)"] = extra["settings"][name]["avg_jct_s"]["dl2"]
+            per["dl2 (shipped: hull warm-up + DAgger)"] = extra["settings"][name]["per_seed"]["dl2"]
         for p, v in m.items():
             rerun, paper = RERUN.get(name, {}).get(p), PAPER.get(p.split(" ")[0])
             vs_optimus = below = ""

@@ -87,17 +87,24 @@ for P in 30 150; do
 done
 # 7. the LP lower bound of every setting, the DL2 paper replica (baselines, then the PS/worker warm-up shipped
 # as slurm_liquid/policy/dl2/trained/dl2-paper-small.npz, on the same held-out traces) and the generalisation table.
-# The replica's warm-up imitates `hull` with a window of every job (60); it was chosen over a 6-trace, 8-epoch
-# warm-up on validation traces 5000-5007 (paper-dl2-hull-validation.log), never on the held-out 10000-10007.
+# The replica's warm-up imitates `hull` with a window of every job (60), then 2 DAgger rounds; the file was
+# chosen over the warm-up alone and a 6-trace, 8-epoch warm-up on validation traces 5000-5007
+# (paper-dl2-hull-*validation.log), never on the held-out 10000-10007.
 for P in 30 150; do
   python benchmarks/dl2/bound.py --penalty $P --out $R/bound-p$P.json
   python benchmarks/dl2/bound.py --penalty $P --batch-scaling --out $R/bound-bs-p$P.json
 done
 python benchmarks/dl2/paper.py --seeds 8 --out $R/paper.json
 python benchmarks/dl2/paper.py --settings dl2-paper-small --train $R/psw-small-hull.npz --teacher hull --window 60 --train-seeds 3
-python benchmarks/dl2/paper.py --settings dl2-paper-small --first 5000 --policies optimus,hull,dl2 --seeds 8 \
-  --policy-file $R/psw-small-hull.npz > $R/paper-dl2-hull-validation.log
+python benchmarks/dl2/paper.py --settings dl2-paper-small --train $R/psw-small-hull-dagger.npz --teacher hull --window 60 \
+  --train-seeds 3 --dagger 2
+for F in hull-warmup:psw-small-hull hull-dagger:psw-small-hull-dagger; do
+  python benchmarks/dl2/paper.py --settings dl2-paper-small --first 5000 --policies optimus,hull,dl2 --seeds 8 \
+    --policy-file $R/${F#*:}.npz > $R/paper-dl2-${F%%:*}-validation.log
+done
 python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --policy-file $R/psw-small-hull.npz --seeds 8 \
+  --out $R/paper-dl2-hull-warmup-small.json
+python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --policy-file $R/psw-small-hull-dagger.npz --seeds 8 \
   --out $R/paper-dl2-hull-small.json
 python benchmarks/dl2/paper_teachers.py > $R/paper-teachers.log
 python benchmarks/dl2/paper_teachers.py --setting dl2-paper-large > $R/paper-teachers-large.log

@@ -104,3 +104,12 @@ def test_shipped_small_policy_loads_for_the_small_setting() -> None:
     large = replace(P.SETTINGS["dl2-paper-large"], nodes=6, jobs=8)
     with pytest.raises(UsageError, match="no DL2 policy trained for dl2-paper-large"):
         P.PaperRun(large, P.paper_trace(large, 0)).run(P.make_paper_policy("dl2"))
+
+
+def test_dagger_rounds_add_the_teachers_labels_of_the_students_slots() -> None:
+    _, plain = W.warmup(TINY, P.PaperHull(), range(2), epochs=1, hidden=8, window=TINY.window)
+    params, meta = W.warmup(TINY, P.PaperHull(), range(2), epochs=1, hidden=8, window=TINY.window, dagger=1)
+    assert meta["training"]["dagger_rounds"] == 1 and meta["stages"][-1].startswith("DAgger round 1 on traces 2, 3")
+    assert meta["training"]["decisions"] > plain["training"]["decisions"]  # the student's slots, labelled
+    assert [row["dagger_round"] for row in meta["curve"] if "dagger_round" in row] == [1, 1, 1]
+    assert len(P.PaperRun(TINY, P.paper_trace(TINY, 9)).run(W.PSWorkerDL2(params, TINY.window)).jcts) == TINY.jobs

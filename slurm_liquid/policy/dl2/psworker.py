@@ -21,7 +21,8 @@ ran 5.3% below Optimus placed that way, 16.1% placed at the end: `benchmarks/dl2
 
 Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions
 in the replica (the artifact's DRF, its Optimus, DRF's task counts with the best split, or `hull`,
-whose steps are imitated in the order it takes them), turned into this action sequence.
+whose steps are imitated in the order it takes them), turned into this action sequence, then DAgger
+rounds (`LabelledByTeacher`: the teacher's decisions on the slots the student reached).
 Reinforcement learning on this action space is left for later.
 """
 
@@ -273,15 +274,36 @@ def new_psworker_params(hidden: int = 64, layers: int = 2, seed: int = 0) -> Par
     return init_params(PS_FEATURES, hidden, layers, seed)
 
 
-__all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2", "load_psworker",
+__all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2", "load_psworker", "LabelledByTeacher",
            "teacher_steps", "new_psworker_params", "warmup"]
 
 
+class LabelledByTeacher:
+    """DAgger on the replica: the student decides every slot, and the teacher's decisions on the slot
+    the student reached (the jobs and progress its own earlier choices left) are recorded."""
+
+    name = "dagger"
+
+    def __init__(self, student: PSWorkerDL2, teacher, window: int, steps: list[Step]) -> None:
+        self.student, self.imitate = student, Imitate(teacher, window, steps)
+
+    def reset(self) -> None:
+        self.imitate.reset()
+
+    def schedule(self, slot) -> None:
+        self.imitate.schedule(Slot(slot.setting, slot.ts, slot.jobs))
+        for job in slot.jobs:  # the teacher's counts were the shadow's
+            job.ps = job.workers = 0
+        self.student.schedule(slot)
+
+
 def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int = 64, layers: int = 2,
-           seed: int = 0, held_out: int = 1, window: int | None = None) -> tuple[Params, dict]:
+           seed: int = 0, held_out: int = 1, window: int | None = None, dagger: int = 0) -> tuple[Params, dict]:
     """Supervised warm-up on `teacher`'s decisions in the replica: traces `seeds` (the last `held_out`
-    of them measure agreement only), the network seeing `window` jobs (default: the setting's).
-    Returns the weights and the metadata of a policy file."""
+    of them measure agreement only), the network seeing `window` jobs (default: the setting's); then
+    `dagger` rounds, each running the student on the next two traces, adding the teacher's labels of
+    the slots it reached and training 3 more epochs on everything. Returns the weights and the
+    metadata of a policy file."""
     from slurm_liquid.policy.dl2.train import supervised
     from slurm_liquid.sim.paper import PaperRun, paper_trace
 
@@ -291,9 +313,20 @@ def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int 
     train = teacher_steps(runs[:cut], teacher, window)
     test = teacher_steps(runs[cut:], teacher, window) if len(runs) > cut else train[-2000:]
     result = supervised(new_psworker_params(hidden, layers, seed), train, test, epochs=epochs, seed=seed)
+    stages, curve, agreement = [f"supervised warm-up on {teacher.name}"], list(result.curve), result.curve[-1]["held_out_agreement"]
+    params, next_trace = result.params, max(seeds) + 1
+    for round_ in range(dagger):
+        traces = (next_trace, next_trace + 1)
+        for s in traces:
+            PaperRun(setting, paper_trace(setting, s)).run(LabelledByTeacher(PSWorkerDL2(params, window), teacher, window, train))
+        result = supervised(params, train, test, epochs=3, seed=round_)
+        params, next_trace = result.params, next_trace + 2
+        stages.append(f"DAgger round {round_ + 1} on traces {traces[0]}, {traces[1]} labelled by {teacher.name}")
+        curve += [dict(row, dagger_round=round_ + 1) for row in result.curve]
     meta = {"window": window, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
-            "setting": setting.name, "stages": [f"supervised warm-up on {teacher.name}"],
-            "training": {"teacher": teacher.name, "trace_seeds": list(seeds), "decisions": len(train),
+            "setting": setting.name, "stages": stages,
+            "training": {"teacher": teacher.name, "trace_seeds": list(seeds), "dagger_rounds": dagger,
+                         "decisions": len(train), "warmup_held_out_agreement": agreement,
                          "held_out_agreement": result.curve[-1]["held_out_agreement"]},
-            "curve": result.curve}
-    return result.params, meta
+            "curve": curve}
+    return params, meta
