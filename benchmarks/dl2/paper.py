@@ -66,7 +66,7 @@ def main() -> int:
     for name in args.settings.split(","):
         per: dict[str, dict[int, float]] = {p: {} for p in policies}
         t0 = time.perf_counter()
-        per["bound"] = {}  # no policy beats it: every job alone at its peak speed from its arrival
+        per["bound"] = {}  # every job alone at its peak speed from its arrival: no policy within the cap beats it
         for seed in out["seeds"]:
             for p, r in run_paper(name, seed, policies, args.policy_file).items():
                 per[p][seed] = r.avg_jct_s

@@ -313,12 +313,14 @@ def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int 
     train = teacher_steps(runs[:cut], teacher, window)
     test = teacher_steps(runs[cut:], teacher, window) if len(runs) > cut else train[-2000:]
     result = supervised(new_psworker_params(hidden, layers, seed), train, test, epochs=epochs, seed=seed)
-    stages, curve, agreement = [f"supervised warm-up on {teacher.name}"], list(result.curve), result.curve[-1]["held_out_agreement"]
+    stages, curve = [f"supervised warm-up on {teacher.name}"], list(result.curve)
+    agreement = result.curve[-1]["held_out_agreement"]
     params, next_trace = result.params, max(seeds) + 1
     for round_ in range(dagger):
         traces = (next_trace, next_trace + 1)
         for s in traces:
-            PaperRun(setting, paper_trace(setting, s)).run(LabelledByTeacher(PSWorkerDL2(params, window), teacher, window, train))
+            student = LabelledByTeacher(PSWorkerDL2(params, window), teacher, window, train)
+            PaperRun(setting, paper_trace(setting, s)).run(student)
         result = supervised(params, train, test, epochs=3, seed=round_)
         params, next_trace = result.params, next_trace + 2
         stages.append(f"DAgger round {round_ + 1} on traces {traces[0]}, {traces[1]} labelled by {teacher.name}")
