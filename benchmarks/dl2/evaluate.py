@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--penalty", type=float, default=30.0)
     ap.add_argument("--baselines", default="drf,optimus,tiresias,fifo")
     ap.add_argument("--reference", action="store_true",
-                    help="also run the oracle SRTF references, plain and restart-aware (reference.py)")
+                    help="also run the oracle references: SRTF plain and restart-aware, completion rate (reference.py)")
     ap.add_argument("--philly", type=int, default=0, metavar="N",
                     help="evaluate on N held-out Philly samples instead of the 8 Pollux workloads")
     ap.add_argument("--loads", default="1", metavar="L,L,...",
@@ -60,9 +60,9 @@ def main() -> int:
     entries = [(b, lambda b=b: make_policy(b, speed)) for b in args.baselines.split(",") if b]
     if args.reference:
         sys.path.insert(0, str(Path(__file__).parent))
-        from reference import OracleSRTF, OracleSRTFRestart
+        from reference import REFERENCES
 
-        entries += [("srtf-oracle", lambda: OracleSRTF(speed)), ("srtf-restart-oracle", lambda: OracleSRTFRestart(speed))]
+        entries += [(name, lambda cls=cls: cls(speed)) for name, cls in REFERENCES.items()]
     for item in args.policies:
         label, _, path = item.partition("=")
         entries.append((label, lambda path=path: make_policy("dl2", speed, policy_file=path)))
@@ -73,7 +73,7 @@ def main() -> int:
 
         per = {name: lp_bound(specs, config) for name, specs in workloads.items()}
         out["lp_bound"] = {"avg_jct_s": statistics.fmean(per.values()), "workloads": per}
-        print(f"{'lp-bound':<14} {out['lp_bound']['avg_jct_s']:9.1f} s", file=sys.stderr, flush=True)
+        print(f"{'lp-bound':<22} {out['lp_bound']['avg_jct_s']:9.1f} s", file=sys.stderr, flush=True)
     for label, build in entries:
         t0 = time.perf_counter()
         policy = build()
@@ -81,7 +81,7 @@ def main() -> int:
             per = {name: Simulator(specs, config, name).run(policy) for name, specs in workloads.items()}
         except LiquidError as exc:  # the simulator's horizon: this policy stalls on a workload; the others still run
             out.setdefault("stalled", {})[label] = str(exc)
-            print(f"{label:<14} stalled: {exc}", file=sys.stderr, flush=True)
+            print(f"{label:<22} stalled: {exc}", file=sys.stderr, flush=True)
             continue
         row = {"avg_jct_s": statistics.fmean(r.avg_jct_s for r in per.values()),
                "makespan_s": statistics.fmean(r.makespan_s for r in per.values()),
@@ -92,7 +92,7 @@ def main() -> int:
             row["x_bound"] = row["avg_jct_s"] / out["lp_bound"]["avg_jct_s"]
         out["policies"][label] = row
         by_load = _by_load(row["workloads"])
-        print(f"{label:<14} {row['avg_jct_s']:9.1f} s  restarts {row['restarts']:6d}  ({row['wall_s']:.0f} s)" +
+        print(f"{label:<22} {row['avg_jct_s']:9.1f} s  restarts {row['restarts']:6d}  ({row['wall_s']:.0f} s)" +
               ("".join(f"  load {k}: {v:.1f}" for k, v in by_load.items()) if len(by_load) > 1 else ""),
               file=sys.stderr, flush=True)
     Path(args.out).write_text(json.dumps(out, indent=1))

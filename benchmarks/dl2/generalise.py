@@ -11,8 +11,8 @@ round(160 x L) Philly jobs submitted in the same 8-hour window of the day, so lo
 start at 40000: training draws from 0 and 10000, RL validation from 20000, the shipping decision
 from 30000, so no run behind a shipped policy saw these. `dl2` is the shipped policy for the
 penalty (`--policy-file` for another). Rows: the mean over seeds of each workload's mean JCT;
-"DL2 share of the best oracle's margin" is (DRF - DL2) / (DRF - the better of srtf-oracle and
-srtf-restart-oracle), so a stronger reference makes the share harder to earn. Below the table,
+"DL2 share of the best oracle's margin" is (DRF - DL2) / (DRF - the best of srtf-oracle,
+srtf-restart-oracle and completion-rate-oracle), so a stronger reference makes the share harder to earn. Below the table,
 `targets` checks issue 22's every-load targets per penalty and batch mode.
 """
 
@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from bound import lp_bound  # noqa: E402
-from reference import OracleSRTF, OracleSRTFRestart  # noqa: E402
+from reference import REFERENCES as ORACLES  # noqa: E402
 
 from slurm_liquid.errors import LiquidError  # noqa: E402
 from slurm_liquid.policy import make_policy  # noqa: E402
@@ -51,8 +51,7 @@ def run_cell(load: float, seeds: list[int], penalty: float, scaling: bool, polic
     speed = OracleSpeedModel(config.gpus_per_node, scaling)
     builders = {p: (lambda p=p: make_policy(p, speed, policy_file) if p == "dl2" and policy_file
                     else make_policy(p, speed)) for p in policies}
-    builders["srtf-oracle"] = lambda: OracleSRTF(speed)
-    builders["srtf-restart-oracle"] = lambda: OracleSRTFRestart(speed)
+    builders.update({name: (lambda cls=cls: cls(speed)) for name, cls in ORACLES.items()})
     per: dict[str, dict[int, float]] = {name: {} for name in builders}
     if bound:
         per["lp-bound"] = {}
@@ -72,7 +71,7 @@ def run_cell(load: float, seeds: list[int], penalty: float, scaling: bool, polic
             "per_seed": per}
 
 
-REFERENCES = ("srtf-oracle", "srtf-restart-oracle")  # the oracle references; the better one sets the margin
+REFERENCES = tuple(ORACLES)  # the oracle references; the best one sets the margin
 
 
 def best_reference(m: dict) -> float | None:

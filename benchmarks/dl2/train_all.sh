@@ -33,6 +33,16 @@ done
 # again from it): the shipped 150 s file (alone, 1c's stalls on overloaded batch-scaling samples)
 slurm-liquid policy train --supervised --teacher srtf-restart --init $R/dagger-restart-p150.npz --dagger 2 \
   --batch-scaling --restart-penalty 150 --warmup-workloads 6 --warmup-epochs 3 --out $R/dagger-restart-bs-p150.npz
+# 1e. the completion-rate teacher (most completions per second, restart-priced like srtf-restart; its price of each
+# job's next step is the state's RATE column): warm-up and 2 DAgger rounds at fixed batch, then the same again from
+# that file with jobs that scale their batch. The second file of each penalty is shipped (trained/dl2-p30.npz,
+# trained/dl2-p150.npz), chosen on the held-out samples below (held-out-rate-*.json)
+for P in 30 150; do
+  slurm-liquid policy train --supervised --teacher completion-rate --dagger 2 --restart-penalty $P \
+    --warmup-workloads 8 --warmup-epochs 6 --out $R/rate-p$P.npz
+  slurm-liquid policy train --supervised --teacher completion-rate --init $R/rate-p$P.npz --dagger 2 --batch-scaling \
+    --restart-penalty $P --warmup-workloads 6 --warmup-epochs 3 --out $R/rate-bs-p$P.npz
+done
 # 2. actor-critic RL from each srtf warm-up (keeps the best validated weights, the warm start included)
 slurm-liquid policy train --rl --init $R/srtf-warm-p30.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
 slurm-liquid policy train --rl --init $R/srtf-warm-p150.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-p150.npz --curves benchmarks/dl2/rl-p150
@@ -59,6 +69,11 @@ for P in 30 150; do
       --out $R/held-out-restart-bs-scaling-p$P.json bs=$R/dagger-restart-bs-p$P.npz cand=$R/dagger-restart-p$P.npz \
       shipped=slurm_liquid/policy/dl2/trained/dl2-p$P.npz
   fi
+  # the completion-rate files (1e) on the same samples, both batch modes, beside their teacher on the oracle
+  python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1,1.5,2 --baselines drf,completion-rate \
+    --out $R/held-out-rate-fixed-p$P.json a=$R/rate-p$P.npz b=$R/rate-bs-p$P.npz
+  python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1,1.5,2 --batch-scaling --baselines drf \
+    --out $R/held-out-rate-scaling-p$P.json a=$R/rate-p$P.npz b=$R/rate-bs-p$P.npz
   # does it finish under overload? (a policy that keeps restarting jobs never does; the simulator stops it)
   python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies drf,dl2 --no-bound \
     --policy-file $R/dagger-p$P.npz --out $R/overload-dagger-p$P.json

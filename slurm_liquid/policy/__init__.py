@@ -34,6 +34,11 @@ def make_policy(name: str, speed: SpeedModel | None = None, policy_file: str | N
             raise UsageError(f"policy {name} needs a speed model")
         from slurm_liquid.policy.srtf import SRTF, SRTFRestart
         return SRTF(speed) if name == "srtf" else SRTFRestart(speed)
+    if name == "completion-rate":  # DL2's warm-up teacher (`policy.rate`)
+        if speed is None:
+            raise UsageError(f"policy {name} needs a speed model")
+        from slurm_liquid.policy.rate import CompletionRate
+        return CompletionRate(speed)
     raise UsageError(f"unknown policy {name!r} (known: {', '.join(POLICY_NAMES + LEARNED_POLICY_NAMES)})")
 
 

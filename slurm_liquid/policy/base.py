@@ -60,6 +60,11 @@ class JobView:
         return self.max_gpus is not None
 
     @property
+    def least(self) -> int:
+        """The fewest GPUs it runs on: 1 if elastic, else all it asked for."""
+        return self.min_gpus if self.elastic else self.gpus
+
+    @property
     def upper(self) -> int:
         return self.gpus if self.max_gpus is None else self.max_gpus
 

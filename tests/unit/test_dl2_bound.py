@@ -12,7 +12,7 @@ from slurm_liquid.sim.workload import JobSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "dl2"))
 from bound import envelope, job_bounds, lp_bound  # noqa: E402
-from reference import OracleSRTF  # noqa: E402
+from reference import REFERENCES  # noqa: E402
 
 SMALL = [JobSpec("c0", 0, "cifar10", 6, 2048), JobSpec("b1", 40, "bert", 8, 384),
          JobSpec("n2", 100, "ncf", 1, 32768), JobSpec("c3", 130, "cifar10", 12, 4096),
@@ -34,7 +34,7 @@ def test_bound_is_below_every_policy(penalty) -> None:
     config = ClusterConfig(nodes=4, restart_penalty=penalty)
     bound = lp_bound(SMALL, config, step=60)
     speed = OracleSpeedModel(config.gpus_per_node)
-    policies = [make_policy(p, speed) for p in POLICY_NAMES] + [OracleSRTF(speed)]
+    policies = [make_policy(p, speed) for p in POLICY_NAMES] + [cls(speed) for cls in REFERENCES.values()]
     for policy in policies:
         jct = Simulator(SMALL, config).run(policy).avg_jct_s
         assert bound <= jct, policy.name

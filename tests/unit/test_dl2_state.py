@@ -1,6 +1,7 @@
 """DL2's slot loop: legal actions, the beyond-window rule, and the teacher sequence reproducing DRF."""
 
 import numpy as np
+import pytest
 
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import ClusterView, JobView, NodeView
@@ -186,3 +187,58 @@ def test_restart_aware_imitation_gives_a_running_job_back_what_it_holds_before_t
     assert keep[:4] == [0, 1, 0, 0]  # the asks, then j0 back to the 3 it holds, then the rest
     for actions in (plain, keep):
         assert sorted(actions[:-1]) == [0, 0, 0, 1, 1, 1, 1] and actions[-1] == 2  # same counts, then stop
+
+
+def test_rate_imitation_follows_the_completion_rate_plan_and_reproduces_its_counts():
+    from slurm_liquid.policy.dl2.train import imitation_steps, teacher_slot
+    from slurm_liquid.policy.rate import counts_of
+
+    sim = Simulator(small_workload(5, jobs=14, gap=20), CONFIG)
+    speed = OracleSpeedModel(4)
+    teacher = make_policy("completion-rate", speed)
+    margin = 8 * CONFIG.restart_penalty
+    view = sim.reset()
+    checked = in_order = 0
+    while view is not None and checked < 30:
+        actions, plan = teacher_slot(view, teacher)
+        target = teacher_counts(view, actions)
+        steps = imitation_steps(view, target, window=32, speed=speed, start_margin_s=margin, plan=plan)
+        state = SlotState(view, window=32, speed=speed, start_margin_s=margin, rate=True)
+        if target == counts_of(plan, len(view.jobs)):  # all placed: the actions are the plan's GPUs in its order
+            expected = []
+            for i, size in plan:
+                row = state.index.index(i)
+                first = not any(j == i for j, _ in plan[:plan.index((i, size))])
+                expected += [row] * (size - view.jobs[i].least + 1 if first else size)
+            assert [s.action for s in steps if s.action < len(state.jobs)] == expected
+            in_order += len(plan) > 1
+        for step in steps:
+            if step.action < len(state.jobs):
+                state.apply(step.action)
+        assert state.counts() == target
+        checked += 1
+        view = sim.step(actions)
+    assert checked == 30 and in_order >= 10
+
+
+def test_the_rate_column_is_the_teachers_price_of_each_jobs_next_step_and_zero_without_it():
+    import math
+
+    from slurm_liquid.policy.dl2.state import RATE
+    from slurm_liquid.policy.rate import best_step, rates
+
+    view = ClusterView(100.0, (NodeView("n0", 4), NodeView("n1", 4)),
+                       (JobView("j0", 0.0, 1, allocation=(("n0", 2),), max_gpus=4, app="cifar10", batch_size=256),
+                        JobView("j1", 1.0, 2, max_gpus=4, app="cifar10", batch_size=256)), restart_penalty_s=150.0)
+    speed = _Speed({"j0": 1000.0, "j1": 20_000.0})
+    assert not SlotState(view, window=4, speed=speed, start_margin_s=1200.0).matrix()[:, RATE].any()
+    state = SlotState(view, window=4, speed=speed, start_margin_s=1200.0, rate=True)
+    x = state.matrix()
+    for row, job in enumerate(state.jobs):
+        gain, _ = best_step(rates(job, speed, 150.0, 8.0, 8.0), 0, 1, 4)
+        assert x[row, RATE] == pytest.approx((math.log(gain) + 30) / 10)
+    assert x[-1, RATE] == 0  # the stop row
+    held = state.jobs.index(view.jobs[0])
+    for _ in range(2):
+        state.apply(held)
+    assert state.rate_gain(held) == 0  # j0 is back at what it holds: any change costs more than it gains

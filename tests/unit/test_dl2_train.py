@@ -228,3 +228,43 @@ def test_a_policy_file_with_a_bad_start_margin_is_refused_with_a_message(tmp_pat
     path = save_policy(tmp_path / "bad.npz", params, {**meta, "start_margin": bad})
     with pytest.raises(UsageError, match="start_margin"):
         make_dl2(path, SPEED)
+
+
+def test_a_file_taught_by_the_completion_rate_teacher_reads_the_rate_column(tmp_path):
+    from slurm_liquid.cli import main
+    from slurm_liquid.policy.dl2 import make_dl2
+    from slurm_liquid.policy.dl2.io import load_policy
+
+    out, tuned = tmp_path / "rate.npz", tmp_path / "tuned.npz"
+    common = ["--jobs", "10", "--warmup-workloads", "1", "--warmup-epochs", "1", "--hidden", "8", "--restart-penalty", "150"]
+    assert main(["policy", "train", "--supervised", "--teacher", "completion-rate", "--dagger", "1", "--dagger-loads", "1",
+                 "--out", str(out)] + common) == 0
+    meta = load_policy(out)[1]
+    assert meta["rate_column"] is True and meta["start_margin"] == 8.0
+    assert make_dl2(out, SPEED).rate
+    # fine-tuned from it (as the shipped files are), it keeps the column
+    assert main(["policy", "train", "--supervised", "--teacher", "completion-rate", "--init", str(out), "--batch-scaling",
+                 "--out", str(tuned)] + common) == 0
+    assert load_policy(tuned)[1]["rate_column"] is True
+
+
+def test_a_file_from_before_the_rate_column_reads_it_with_a_zero_weight_and_decides_as_before(tmp_path):
+    import numpy as np
+
+    from slurm_liquid.errors import UsageError
+    from slurm_liquid.policy.dl2 import make_dl2
+    from slurm_liquid.policy.dl2.io import SHIPPED, load_policy, save_policy
+    from slurm_liquid.policy.dl2.state import FEATURES, RATE
+
+    params, meta = load_policy(SHIPPED[30.0])
+    meta = {k: v for k, v in meta.items() if k != "rate_column"}
+    before = save_policy(tmp_path / "before.npz", {**params, "W0": params["W0"][:RATE]}, meta, features=RATE)
+    loaded, loaded_meta = load_policy(before)
+    assert loaded["W0"].shape[0] == FEATURES and loaded_meta["features"] == FEATURES
+    assert np.array_equal(loaded["W0"][:RATE], params["W0"][:RATE]) and not loaded["W0"][RATE].any()
+    zeroed = save_policy(tmp_path / "zeroed.npz", loaded, meta)
+    sim = Simulator(small_workload(3, jobs=8), CONFIG)
+    assert sim.run(make_dl2(before, SPEED)).jcts == Simulator(small_workload(3, jobs=8), CONFIG).run(make_dl2(zeroed, SPEED)).jcts
+    short = save_policy(tmp_path / "short.npz", {**params, "W0": params["W0"][:RATE - 1]}, meta, features=RATE - 1)
+    with pytest.raises(UsageError, match="features"):
+        load_policy(short)

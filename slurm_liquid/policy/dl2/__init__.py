@@ -35,6 +35,16 @@ def start_margin_of(meta: dict) -> float:
     return float(value)
 
 
+def rate_of(meta: dict) -> bool:
+    """Whether a policy file was taught by the completion-rate teacher, whose RATE column it reads."""
+    from slurm_liquid.errors import UsageError
+
+    value = meta.get("rate_column", False)
+    if not isinstance(value, bool):
+        raise UsageError(f"policy file has rate_column {value!r}; give true or false")
+    return value
+
+
 def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = None) -> DL2Policy:
     """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file trained
     for the restart penalty nearest to the simulated one (chosen at the first decision)."""
@@ -44,7 +54,7 @@ def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = N
 
     params, meta = load_policy(policy_file)
     return DL2Policy(params, window=int(meta["window"]), order=window_order_of(meta),
-                     speed=speed if meta.get("speed", True) else None, start_margin=start_margin_of(meta))
+                     speed=speed if meta.get("speed", True) else None, start_margin=start_margin_of(meta), rate=rate_of(meta))
 
 
 __all__ = ["DL2Policy", "make_dl2"]

@@ -41,11 +41,13 @@ class DL2Policy:
 
     def __init__(self, params: Params | None, window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
                  sample: bool = False, explore: float = 0.0,
-                 job_aware: bool = True, seed: int = 0, order: str = "service", start_margin: float = 0.0) -> None:
+                 job_aware: bool = True, seed: int = 0, order: str = "service", start_margin: float = 0.0,
+                 rate: bool = False) -> None:
         self.params = params
         self.window = window
         self.order = order
         self.start_margin = start_margin  # restart penalties added to a waiting job's rank (the file's teacher's)
+        self.rate = rate  # whether the state fills its RATE column (a file taught by the completion-rate teacher)
         self.speed = speed
         self.sample = sample
         self.explore = explore
@@ -74,7 +76,7 @@ class DL2Policy:
         return action, float((1 - explore) * p[action] + explore * uniform)
 
     def allocate(self, view: ClusterView) -> list[int]:
-        state = SlotState(view, self.window, self.speed, self.order, self.start_margin * view.restart_penalty_s)
+        state = SlotState(view, self.window, self.speed, self.order, self.start_margin * view.restart_penalty_s, self.rate)
         slot = Slot() if self.record is not None else None
         stop = len(state.jobs)
         while True:
@@ -94,11 +96,12 @@ class DL2Policy:
 
     def decide(self, view: ClusterView) -> Decision:
         if self.params is None:  # no file given: the shipped one trained for this restart penalty
-            from slurm_liquid.policy.dl2 import start_margin_of
+            from slurm_liquid.policy.dl2 import rate_of, start_margin_of
             from slurm_liquid.policy.dl2.io import load_policy, shipped_for
 
             self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
             self.window = int(meta.get("window", self.window))
             self.order = meta.get("window_order", "arrival")
             self.start_margin = start_margin_of(meta)
+            self.rate = rate_of(meta)
         return Decision.resize(view, self.allocate(view))

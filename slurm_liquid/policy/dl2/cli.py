@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.policy.dl2 import start_margin_of, window_order_of
+from slurm_liquid.policy.dl2 import rate_of, start_margin_of, window_order_of
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, WINDOW_ORDERS
 
-TEACHERS = ("drf", "srtf", "srtf-restart", "fifo", "tiresias", "optimus", "sacct")
+TEACHERS = ("drf", "srtf", "srtf-restart", "completion-rate", "fifo", "tiresias", "optimus", "sacct")
 VALIDATION_SEED = 20_000  # Philly sample seeds for RL validation (training draws 10_000+, warm-up 0+)
 HELD_OUT_SHARE = 0.15  # of an accounting history's slots, the latest, for measuring agreement
 
@@ -127,7 +127,8 @@ def train(args: argparse.Namespace, load_policy) -> int:
                   "restart_penalty": args.restart_penalty, "batch_scaling": args.batch_scaling, "speed": True, "stages": []}
     if args.init:
         params, init_meta = load_policy(args.init)
-        meta.update({k: init_meta[k] for k in ("window", "hidden", "layers", "start_margin") if k in init_meta})
+        meta.update({k: init_meta[k] for k in ("window", "hidden", "layers", "start_margin", "rate_column")
+                     if k in init_meta})
         meta["window_order"] = window_order_of(init_meta)
         meta["stages"] = init_meta.get("stages", []) + [f"init from {Path(args.init).name}"]
         meta["training"] = init_meta.get("training", {})
@@ -144,7 +145,9 @@ def train(args: argparse.Namespace, load_policy) -> int:
         if args.teacher != "sacct":  # the ranking columns rank waiting jobs as this teacher does (`dl2.state`)
             from slurm_liquid.policy import make_policy
 
-            meta["start_margin"] = float(getattr(make_policy(args.teacher, speed), "start_margin", 0.0))
+            teacher = make_policy(args.teacher, speed)
+            meta["start_margin"] = float(getattr(teacher, "start_margin", 0.0))
+            meta["rate_column"] = hasattr(teacher, "plan")  # learnt with the teacher's price of each step
         if args.teacher == "sacct":
             train_steps, held, source = _history_steps(args.history, config, meta)
         else:
@@ -168,7 +171,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
                          restart_weight=args.restart_weight, reward=args.reward, jobs=args.jobs,
                          max_slots=args.max_slots, updates=args.updates, critic_warmup=args.critic_warmup,
                          seed=args.seed, window=int(meta["window"]), window_order=meta["window_order"],
-                         start_margin=start_margin_of(meta),
+                         start_margin=start_margin_of(meta), rate=rate_of(meta),
                          ppo_clip=args.ppo_clip)
         ckpt = Path(args.checkpoint or Path(args.out).with_suffix(".ckpt.npz"))
         state = T.TrainState(params, Adam(params, lr=cfg.lr))
@@ -257,7 +260,7 @@ def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_s
     res = None
     for r in range(args.dagger):
         student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"],
-                            start_margin=start_margin_of(meta))
+                            start_margin=start_margin_of(meta), rate=rate_of(meta))
         for k, load in enumerate(loads):
             seed = 5000 + args.seed * 1000 + r * len(loads) + k
             seeds.append(seed)

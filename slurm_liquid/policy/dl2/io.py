@@ -17,7 +17,7 @@ import numpy as np
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2.net import Params
-from slurm_liquid.policy.dl2.state import FEATURES
+from slurm_liquid.policy.dl2.state import FEATURES, RATE
 
 FORMAT = "slurm-liquid-dl2-policy"
 VERSION = 1
@@ -64,7 +64,8 @@ def load_arrays(path: str | Path, features: int = FEATURES,
             raise UsageError(f"policy file {path} is a PS/worker DL2 policy (for the dl2-paper workloads), "
                              "not one that decides GPU counts")
         raise UsageError(f"policy file {path} is not a PS/worker DL2 policy (action space {space!r})")
-    if meta.get("version") != VERSION or meta.get("features") != features:
+    legacy = features == FEATURES and meta.get("features") == RATE  # written before the RATE column
+    if meta.get("version") != VERSION or (meta.get("features") != features and not legacy):
         raise UsageError(f"policy file {path} has version {meta.get('version')} with {meta.get('features')} features; "
                          f"this slurm-liquid reads version {VERSION} with {features} here (retrain it, or use the "
                          "slurm-liquid that wrote it)")
@@ -80,6 +81,10 @@ def load_policy(path: str | Path, features: int = FEATURES, action_space: str = 
     if layers < 1 or missing:
         raise UsageError(f"policy file {path} lacks weights {', '.join(missing) or 'W0'}")
     params = {n: np.asarray(arrays[n], dtype=float) for n in names}
+    if features == FEATURES and meta.get("features") == RATE and params["W0"].ndim == 2 and len(params["W0"]) == RATE:
+        # a file from before the RATE column: a zero weight for it computes exactly what it was trained to
+        params["W0"] = np.vstack([params["W0"], np.zeros((1, params["W0"].shape[1]))])
+        meta = {**meta, "features": FEATURES}
     width = features
     for i in range(layers):
         w = params[f"W{i}"]

@@ -16,9 +16,12 @@ past its ask, and the time one more GPU saves it (a policy file taught by the re
 ranks a job that holds no GPUs as that teacher does, `start_margin` restart penalties later:
 `slurm_liquid.policy.srtf.ranking_times`). Rank and GPUs ahead are relative: a per-row
 network sees only its own row, and whether a job is among the shortest that fit is a property
-of the others. Every row ends with the
-cluster-wide features: GPUs still free in this slot, active jobs, jobs beyond the window,
-cluster size.
+of the others. Then come the cluster-wide features: GPUs still free in this slot, active jobs,
+jobs beyond the window, cluster size. The last column (RATE, added after the others, so that a file
+written before it reads it with zero weights: `io.load_policy`) is, for a file taught by the
+completion-rate teacher (`rate`), the gain per GPU of the job's best next step in the sum of
+completion rates, as that teacher prices it (`slurm_liquid.policy.rate.best_step`, with the file's
+`start_margin` as both of its margins), on a log scale; 0 where no step raises it.
 
 Actions: "+1 GPU to job j" (a job at 0 first gets its minimum: 1 if elastic, its request if
 rigid) or "stop" (legal once some job holds GPUs in this slot). The loop runs until stop or until no job can take a GPU; then jobs beyond
@@ -35,12 +38,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from slurm_liquid.policy.base import ClusterView, JobView, SpeedModel
+from slurm_liquid.policy.rate import best_step, job_top, rates
 from slurm_liquid.policy.srtf import ranking_times
 
 APPS = ("bert", "cifar10", "deepspeech2", "imagenet", "ncf", "yolov3")
 JOB_FEATURES = 25
 GLOBAL_FEATURES = 4
-FEATURES = JOB_FEATURES + GLOBAL_FEATURES
+RATE = JOB_FEATURES + GLOBAL_FEATURES  # appended last: files from before it have one column fewer
+FEATURES = RATE + 1
 STOP_FLAG = JOB_FEATURES - 1
 # columns that change within a slot's loop
 ASSIGNED, AHEAD, CHANGES, SPEEDUP, REMAINING, FREE = 10, 11, 12, 16, 17, JOB_FEATURES
@@ -50,10 +55,6 @@ OVER_ASK, GAIN = 22, 23  # change with the GPUs given in the slot
 
 WINDOW_ORDERS = ("service", "arrival")
 DEFAULT_WINDOW = 64  # rows the network sees; the Pollux workloads reach 49 active jobs
-
-
-def minimum(job: JobView) -> int:
-    return job.min_gpus if job.elastic else job.gpus
 
 
 def window_order(view: ClusterView, order: str) -> list[int]:
@@ -69,7 +70,7 @@ class SlotState:
     """The evolving state of one slot's decision loop."""
 
     def __init__(self, view: ClusterView, window: int, speed: SpeedModel | None = None,
-                 order: str = "service", start_margin_s: float = 0.0) -> None:
+                 order: str = "service", start_margin_s: float = 0.0, rate: bool = False) -> None:
         self.view = view
         self.window = window
         self.index = window_order(view, order)  # position in view.jobs of each window row, then the rest
@@ -82,7 +83,7 @@ class SlotState:
         self.assigned = np.zeros(n, dtype=int)
         self.current = np.array([j.allocated for j in self.jobs], dtype=int)
         self.upper = np.array([min(j.upper, self.total) for j in self.jobs], dtype=int)
-        self.minimum = np.array([minimum(j) for j in self.jobs], dtype=int)
+        self.minimum = np.array([j.least for j in self.jobs], dtype=int)
         self._speed_cache: dict[tuple[int, int], tuple[float, float]] = {}
         self.base = np.zeros((n + 1, FEATURES))
         now = view.now
@@ -101,6 +102,12 @@ class SlotState:
         self.srtf_rank = np.zeros(n, dtype=int)
         if speed is not None and n:
             self._srtf_features(view, speed, start_margin_s)
+        self._rates = None
+        if rate and speed is not None:
+            margin = start_margin_s / view.restart_penalty_s if view.restart_penalty_s > 0 else 0.0
+            self._rates = [rates(j, speed, view.restart_penalty_s, margin, margin) for j in self.jobs]
+            self._tops = [min(job_top(j, self.total), u) for j, u in zip(self.jobs, self.upper)]
+            self._rate_cache: dict[tuple[int, int, int], float] = {}
         self.base[n, STOP_FLAG] = 1.0
         self.base[:, FREE + 1] = len(view.jobs) / window
         self.base[:, FREE + 2] = len(self.beyond) / window
@@ -142,6 +149,19 @@ class SlotState:
         """The GAIN feature of window row `i` at what it has been given so far (0 without a speed model)."""
         return self._speed_features(i, int(self.assigned[i]))[2] if self.speed is not None else 0.0
 
+    def rate_gain(self, i: int) -> float:
+        """Window row `i`'s best next step's gain per GPU in the sum of completion rates (1/s; 0 when no
+        step raises it, or without the column), within what is free now."""
+        if self._rates is None:
+            return 0.0
+        have = int(self.assigned[i])
+        top = min(self._tops[i], have + self.free)
+        key = (i, have, top)
+        hit = self._rate_cache.get(key)
+        if hit is None:
+            hit = self._rate_cache[key] = best_step(self._rates[i], have, int(self.minimum[i]), top)[0]
+        return hit
+
     def increment(self, i: int) -> int:
         return self.minimum[i] if self.assigned[i] == 0 else 1
 
@@ -170,6 +190,10 @@ class SlotState:
             if self.speed is not None:
                 for i in range(n):
                     x[i, SPEEDUP], x[i, REMAINING], x[i, GAIN] = self._speed_features(i, int(self.assigned[i]))
+            if self._rates is not None:
+                for i in range(n):
+                    gain = self.rate_gain(i)  # 1/s per GPU: about 1e-12 (weeks) to 1e-2 (a minute)
+                    x[i, RATE] = max(math.log(gain) + 30.0, 0.1) / 10 if gain > 0 else 0.0
         x[:, FREE] = self.free / 16
         return x
 
@@ -184,9 +208,9 @@ class SlotState:
         free = self.free
         extra = []
         for job in self.beyond:
-            want = job.allocated or minimum(job)
+            want = job.allocated or job.least
             if want > free:
-                want = minimum(job) if minimum(job) <= free else 0
+                want = job.least if job.least <= free else 0
             extra.append(want)
             free -= want
         out = [0] * len(self.index)

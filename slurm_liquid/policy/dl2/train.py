@@ -18,10 +18,11 @@ import numpy as np
 
 from slurm_liquid.loop.place import PlaceStage
 from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import ClusterView, Policy, SpeedModel, changed
+from slurm_liquid.policy.base import ClusterView, Decision, Policy, SpeedModel, changed
 from slurm_liquid.policy.dl2.agent import DEFAULT_WINDOW, DL2Policy, Slot, Step
 from slurm_liquid.policy.dl2.net import Adam, Params, forward, init_params, loss_and_grads
 from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
+from slurm_liquid.policy.rate import counts_of
 from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.workload import JobSpec
 
@@ -44,6 +45,13 @@ def philly_workload(seed: int, jobs: int = EVAL_JOBS) -> list[JobSpec]:
 SHORTEST_FIRST = ("srtf", "srtf-restart", "srtf-oracle")  # teachers whose decisions are learnt in their own rank order
 
 
+def teacher_slot(view: ClusterView, teacher: Policy) -> tuple[list, list[tuple[int, int]] | None]:
+    """The teacher's placed actions for one slot, and its plan (its steps in order) if it has one."""
+    plan = teacher.plan(view) if hasattr(teacher, "plan") else None
+    decision = Decision.resize(view, counts_of(plan, len(view.jobs))) if plan is not None else teacher.decide(view)
+    return ARTIFACT_PLACE.place(view, decision), plan
+
+
 def teacher_counts(view: ClusterView, actions) -> list[int]:
     new = changed(view, actions)
     return [sum(g for _, g in new.get(j.id, j.allocation)) for j in view.jobs]
@@ -51,21 +59,28 @@ def teacher_counts(view: ClusterView, actions) -> list[int]:
 
 def imitation_steps(view: ClusterView, counts: Sequence[int], window: int = DEFAULT_WINDOW,
                     speed: SpeedModel | None = None, order: str = "service",
-                    shortest_first: bool = False, start_margin_s: float = 0.0, keep_held: bool = False) -> list[Step]:
+                    shortest_first: bool = False, start_margin_s: float = 0.0, keep_held: bool = False,
+                    plan: Sequence[tuple[int, int]] | None = None) -> list[Step]:
     """One slot of a scheduler's decisions (`counts`, per job of `view.jobs`) as DL2's "+1 GPU"
     sequence: the (state, action) pairs the warm-up learns from. `shortest_first`: fill jobs in
     shortest-estimated-remaining-time order (for a teacher that ranks jobs so; needs `speed`),
     else least-served first (DRF's water-filling). For the restart-aware teacher (`policy.srtf.SRTFRestart`):
     `start_margin_s`, its rank offset for a job that holds no GPUs, so that the ranking columns see jobs
-    as it does, and `keep_held`: a running job's GPUs back up to what it holds come before the rest."""
-    state = SlotState(view, window, speed, order, start_margin_s)
+    as it does, and `keep_held`: a running job's GPUs back up to what it holds come before the rest.
+    With a teacher's `plan` (its steps in order: `policy.rate.CompletionRate`), its GPUs are learnt in
+    that order, and the state fills its RATE column, the teacher's price of each job's next step."""
+    state = SlotState(view, window, speed, order, start_margin_s, rate=plan is not None)
     target = state.window_targets(counts)
+    turns = _plan_turns(state, plan) if plan is not None else None
     steps: list[Step] = []
     while True:
         valid = state.valid()
         if not valid.any():
             break
-        priority = _shortest_first(state, target, keep_held) if shortest_first else None
+        if turns is not None:  # each row's next GPU comes at its place in the teacher's plan
+            priority = [t[a] if a < len(t) else math.inf for t, a in zip(turns, state.assigned)]
+        else:
+            priority = _shortest_first(state, target, keep_held) if shortest_first else None
         label = target_sequence(state.assigned, target, valid, state.index[:window], priority)
         if not valid[label]:  # the teacher idles the whole cluster: DL2 cannot, so nothing to learn
             break
@@ -92,6 +107,18 @@ def _shortest_first(state: SlotState, target: Sequence[int], keep_held: bool = F
     return keys
 
 
+def _plan_turns(state: SlotState, plan: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Per window row, the turn in `plan` at which each of its GPUs is handed out, in order."""
+    row = {job: r for r, job in enumerate(state.index[:state.window])}
+    turns: list[list[int]] = [[] for _ in state.jobs]
+    given = 0
+    for job, size in plan:
+        if job in row:
+            turns[row[job]].extend([given] * size)
+        given += 1
+    return turns
+
+
 def restart_awareness(teacher: Policy, config: ClusterConfig) -> tuple[float, bool]:
     """`imitation_steps`'s `start_margin_s` and `keep_held` for `teacher` at `config`'s restart penalty."""
     return (float(getattr(teacher, "start_margin", 0.0)) * config.restart_penalty,
@@ -111,8 +138,9 @@ def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterCo
     slots = 0
     while view is not None and (max_slots is None or slots < max_slots):
         slots += 1
-        actions = ARTIFACT_PLACE.place(view, teacher.decide(view))
-        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first, margin, keep))
+        actions, plan = teacher_slot(view, teacher)
+        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first,
+                                       margin, keep, plan))
         view = sim.step(actions)
     return samples
 
@@ -134,8 +162,9 @@ def collect_on_policy(specs: Sequence[JobSpec], student: DL2Policy, teacher: Pol
     slots = 0
     while view is not None and slots < max_slots:
         slots += 1
-        target = teacher_counts(view, ARTIFACT_PLACE.place(view, teacher.decide(view)))
-        samples.extend(imitation_steps(view, target, window, speed, order, shortest_first, margin, keep))
+        actions, plan = teacher_slot(view, teacher)
+        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first,
+                                       margin, keep, plan))
         view = sim.step(ARTIFACT_PLACE.place(view, student.decide(view)))
     return samples
 
@@ -222,6 +251,7 @@ class RLConfig:
     window: int = DEFAULT_WINDOW
     window_order: str = "service"
     start_margin: float = 0.0  # the init file's (`DL2Policy.start_margin`)
+    rate: bool = False  # the init file's (`DL2Policy.rate`)
     ppo_clip: float = 0.0  # > 0: PPO's clipped surrogate (ratio in 1 +- ppo_clip) instead of truncated IS
 
 
@@ -377,9 +407,9 @@ def rl_update(state: TrainState, fresh: list[Sample], buffer: list[Sample],
 
 
 def state_value(params: Params, view: ClusterView, window: int, speed: SpeedModel | None,
-                order: str = "service", start_margin: float = 0.0) -> float:
+                order: str = "service", start_margin: float = 0.0, rate: bool = False) -> float:
     """The critic's (scaled) value of the first decision of a slot at `view`."""
-    state = SlotState(view, window, speed, order, start_margin * view.restart_penalty_s)
+    state = SlotState(view, window, speed, order, start_margin * view.restart_penalty_s, rate)
     x = state.matrix()
     valid = state.valid()
     if not valid.any():
@@ -389,10 +419,10 @@ def state_value(params: Params, view: ClusterView, window: int, speed: SpeedMode
 
 def evaluate(params: Params, workloads: dict[str, Sequence[JobSpec]], config: ClusterConfig,
              speed: SpeedModel | None, window: int = DEFAULT_WINDOW, max_slots: int = 2000,
-             order: str = "service", start_margin: float = 0.0) -> float:
+             order: str = "service", start_margin: float = 0.0, rate: bool = False) -> float:
     """Mean over workloads of the greedy policy's mean JCT (s). A run still going after
     `max_slots` slots (a poor early policy) counts unfinished jobs at their age: a lower bound."""
-    policy = DL2Policy(params, window=window, speed=speed, order=order, start_margin=start_margin)
+    policy = DL2Policy(params, window=window, speed=speed, order=order, start_margin=start_margin, rate=rate)
     means = []
     for name, specs in workloads.items():
         sim = Simulator(specs, config, name)
@@ -415,7 +445,7 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
     buffer: list[Sample] = []
     if validation and state.episode == 0 and not state.curve:  # the starting point (e.g. the warm-up)
         jct = evaluate(state.params, validation, config, speed, cfg.window, order=cfg.window_order,
-                       start_margin=cfg.start_margin)
+                       start_margin=cfg.start_margin, rate=cfg.rate)
         state.note_validation(jct)
         state.curve.append({"episode": 0, "validation_avg_jct_s": jct})
         if progress:
@@ -427,7 +457,7 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
         explore = cfg.explore * (1 - 0.9 * e / max(1, cfg.episodes - 1))
         policy = DL2Policy(state.params, window=cfg.window, speed=speed, sample=True, explore=explore,
                            job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e, order=cfg.window_order,
-                           start_margin=cfg.start_margin)
+                           start_margin=cfg.start_margin, rate=cfg.rate)
         if not cfg.job_aware:
             policy.explore = 0.0  # the ablation: exploration only from the softmax's own sampling
         sim = Simulator(pool[e % cfg.pool], config, f"train-{e % cfg.pool}")
@@ -440,7 +470,7 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
                 slots = slots[:max(1, len(slots) - int(1 / (1 - cfg.gamma)))]
             else:
                 tail = state_value(state.params, last_view, cfg.window, speed,
-                                   cfg.window_order, cfg.start_margin) * state.reward_scale / (1 - cfg.gamma)
+                                   cfg.window_order, cfg.start_margin, cfg.rate) * state.reward_scale / (1 - cfg.gamma)
         scale = state.reward_scale / (1 - cfg.gamma)
         fresh = returns(slots, cfg.gamma, tail,
                         slot_values(state.params, slots, scale) if cfg.critic else None, cfg.gae_lambda)
@@ -456,7 +486,8 @@ def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: Spe
                "explore": explore, "seconds": time.perf_counter() - t0, **stats}
         if validation and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
             row["validation_avg_jct_s"] = evaluate(state.params, validation, config, speed, cfg.window,
-                                                   order=cfg.window_order, start_margin=cfg.start_margin)
+                                                   order=cfg.window_order, start_margin=cfg.start_margin,
+                                                   rate=cfg.rate)
             state.note_validation(row["validation_avg_jct_s"])
         state.curve.append(row)
         if progress:
