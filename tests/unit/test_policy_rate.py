@@ -7,21 +7,9 @@ from slurm_liquid.errors import UsageError
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.base import ClusterView, JobView, NodeView
 from slurm_liquid.policy.rate import best_step, counts_of
+from tests.unit.test_policy_srtf import _Speed  # linear up to flat[job] GPUs, remaining steps of 1 s
 
 import pytest
-
-
-class _Speed:
-    """Linear speed-up up to `flat[job]` GPUs, none past it; `remaining` steps of 1 s on one GPU."""
-
-    def __init__(self, remaining, flat=None):
-        self.remaining, self.flat = remaining, flat or {}
-
-    def iteration_time(self, job, gpus):
-        return 1.0 / min(gpus, self.flat.get(job.id, 64))
-
-    def remaining_iterations(self, job):
-        return self.remaining[job.id]
 
 
 def _view(asks, held=None, total=8, penalty=150.0, app="cifar10", rigid=()):
