@@ -36,14 +36,22 @@ slurm-liquid policy train --supervised --teacher srtf-restart --init $R/dagger-r
 # 1e. the completion-rate teacher (most completions per second, restart-priced like srtf-restart; its price of each
 # job's next step is the state's RATE column): warm-up and 2 DAgger rounds at fixed batch, then the same again from
 # that file with jobs that scale their batch. The second 150 s file is shipped (trained/dl2-p150.npz), chosen on the
-# held-out samples below (held-out-rate-*.json); the 30 s one is not (it never grows the live cluster's short jobs:
-# notes.md), trained/dl2-p30.npz stays 1b's dagger-p30
+# held-out samples below (held-out-rate-*.json); the 30 s one is not (its margin of 8 penalties never grows the live
+# cluster's short jobs: notes.md)
 for P in 30 150; do
   slurm-liquid policy train --supervised --teacher completion-rate --dagger 2 --restart-penalty $P \
     --warmup-workloads 8 --warmup-epochs 6 --out $R/rate-p$P.npz
   slurm-liquid policy train --supervised --teacher completion-rate --init $R/rate-p$P.npz --dagger 2 --batch-scaling \
     --restart-penalty $P --warmup-workloads 6 --warmup-epochs 3 --out $R/rate-bs-p$P.npz
 done
+# 1f. the same at 30 s with the teacher's margin at one restart penalty (what a change costs): the second file is the
+# shipped 30 s file (trained/dl2-p30.npz); the margin's cost on the oracle: restart_margins.py --teacher completion-rate
+slurm-liquid policy train --supervised --teacher completion-rate --teacher-margin 1 --dagger 2 --restart-penalty 30 \
+  --warmup-workloads 8 --warmup-epochs 6 --out $R/rate-m1-p30.npz
+slurm-liquid policy train --supervised --teacher completion-rate --teacher-margin 1 --init $R/rate-m1-p30.npz --dagger 2 \
+  --batch-scaling --restart-penalty 30 --warmup-workloads 6 --warmup-epochs 3 --out $R/rate-m1-bs-p30.npz
+python benchmarks/dl2/restart_margins.py --teacher completion-rate --penalties 30 --margins 1:1,2:2,4:4,8:8 \
+  > $R/margins-rate-p30.log
 # 2. actor-critic RL from each srtf warm-up (keeps the best validated weights, the warm start included)
 slurm-liquid policy train --rl --init $R/srtf-warm-p30.npz --episodes $EP $RL --restart-penalty 30 --out $R/rl-p30.npz --curves benchmarks/dl2/rl-p30 &
 slurm-liquid policy train --rl --init $R/srtf-warm-p150.npz --episodes $EP $RL --restart-penalty 150 --out $R/rl-p150.npz --curves benchmarks/dl2/rl-p150
@@ -75,6 +83,12 @@ for P in 30 150; do
     --out $R/held-out-rate-fixed-p$P.json a=$R/rate-p$P.npz b=$R/rate-bs-p$P.npz
   python benchmarks/dl2/evaluate.py --penalty $P --philly 8 --loads 1,1.5,2 --batch-scaling --baselines drf \
     --out $R/held-out-rate-scaling-p$P.json a=$R/rate-p$P.npz b=$R/rate-bs-p$P.npz
+  if [ $P = 30 ]; then  # 1f's files, margin 1 (the second is shipped)
+    python benchmarks/dl2/evaluate.py --penalty 30 --philly 8 --loads 1,1.5,2 --baselines drf \
+      --out $R/held-out-rate-m1-fixed-p30.json a=$R/rate-m1-p30.npz b=$R/rate-m1-bs-p30.npz
+    python benchmarks/dl2/evaluate.py --penalty 30 --philly 8 --loads 1,1.5,2 --batch-scaling --baselines drf \
+      --out $R/held-out-rate-m1-scaling-p30.json b=$R/rate-m1-bs-p30.npz
+  fi
   # does it finish under overload? (a policy that keeps restarting jobs never does; the simulator stops it)
   python benchmarks/dl2/generalise.py --loads 2 --penalties $P --modes fixed --policies drf,dl2 --no-bound \
     --policy-file $R/dagger-p$P.npz --out $R/overload-dagger-p$P.json

@@ -1,5 +1,6 @@
 """DL2 training: the warm-up imitates DRF on held-out states, RL is deterministic and resumable."""
 
+import argparse
 import dataclasses
 
 import numpy as np
@@ -246,6 +247,33 @@ def test_a_file_taught_by_the_completion_rate_teacher_reads_the_rate_column(tmp_
     assert main(["policy", "train", "--supervised", "--teacher", "completion-rate", "--init", str(out), "--batch-scaling",
                  "--out", str(tuned)] + common) == 0
     assert load_policy(tuned)[1]["rate_column"] is True
+
+
+def test_the_teacher_margin_is_the_teachers_and_the_files_and_is_checked(tmp_path, capsys):
+    from slurm_liquid.cli import main
+    from slurm_liquid.policy.dl2 import make_dl2
+    from slurm_liquid.policy.dl2.cli import make_teacher
+    from slurm_liquid.policy.dl2.io import load_policy
+
+    out = tmp_path / "m1.npz"
+    common = ["--jobs", "10", "--warmup-workloads", "1", "--warmup-epochs", "1", "--hidden", "8", "--out", str(out)]
+    assert main(["policy", "train", "--supervised", "--teacher", "completion-rate", "--teacher-margin", "1",
+                 "--dagger", "1", "--dagger-loads", "1"] + common) == 0
+    meta = load_policy(out)[1]
+    assert meta["start_margin"] == 1.0 and meta["rate_column"] is True
+    assert meta["stages"] == ["supervised on completion-rate (margin 1)", "1 DAgger rounds on completion-rate (margin 1)"]
+    assert make_dl2(out, SPEED).start_margin == 1.0    # the RATE column prices a change as the teacher did
+    args = argparse.Namespace(teacher="srtf-restart", teacher_margin=0.5)
+    teacher = make_teacher(args, SPEED)
+    assert (teacher.start_margin, teacher.resize_margin) == (0.5, 0.5)
+    assert make_teacher(argparse.Namespace(teacher="completion-rate", teacher_margin=None), SPEED).resize_margin == 8.0
+    out.unlink()
+    for bad, says in ((["--teacher", "drf", "--teacher-margin", "1"], "teachers that count restarts"),
+                      (["--teacher", "completion-rate", "--teacher-margin", "-1"], "--teacher-margin -1"),
+                      (["--teacher", "completion-rate", "--teacher-margin", "nan"], "--teacher-margin nan")):
+        assert main(["policy", "train", "--supervised"] + bad + common) == 2, bad
+        assert says in capsys.readouterr().err, bad
+        assert not out.exists()
 
 
 def test_a_file_from_before_the_rate_column_reads_it_with_a_zero_weight_and_decides_as_before(tmp_path):

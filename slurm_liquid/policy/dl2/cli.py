@@ -26,6 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--init", metavar="FILE.npz", help="start from this policy file instead of random weights")
     t.add_argument("--teacher", default="drf", choices=TEACHERS,
                    help="scheduler to imitate in the warm-up (default drf); sacct: the site's own, from --history")
+    t.add_argument("--teacher-margin", type=float, metavar="PENALTIES",
+                   help="restart penalties the restart-aware teachers (srtf-restart, completion-rate) count for a "
+                        "change, at a start and at a resize (default: the teacher's own, 8)")
     t.add_argument("--history", metavar="SACCT.json",
                    help="with --teacher sacct: the site's jobs as saved by `sacct --json --allocations --duplicates`")
     t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
@@ -104,6 +107,13 @@ def run(args: argparse.Namespace) -> int:
     for name in ("window", "validation_workloads", "validation_jobs", "jobs", "episodes"):
         if getattr(args, name) < 1:
             raise UsageError(f"policy train: --{name.replace('_', '-')} must be at least 1, not {getattr(args, name)}")
+    if args.teacher_margin is not None:
+        if not args.supervised or args.teacher not in ("srtf-restart", "completion-rate"):
+            raise UsageError("policy train: --teacher-margin goes with --supervised and --teacher srtf-restart "
+                             "or completion-rate (the teachers that count restarts)")
+        if not 0 <= args.teacher_margin <= 100:  # what a policy file's start_margin may hold (`start_margin_of`)
+            raise UsageError(f"policy train: --teacher-margin {args.teacher_margin:g}: give restart penalties "
+                             "from 0 to 100")
     if args.dagger:
         if args.dagger < 0 or not args.supervised or args.teacher == "sacct":
             raise UsageError("policy train: --dagger ROUNDS (>= 0) goes with --supervised and a simulated --teacher")
@@ -143,9 +153,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
         if earlier:  # imitation again from --init: keep what the init file's imitation was
             meta["training"].setdefault("earlier", []).append(earlier)
         if args.teacher != "sacct":  # the ranking columns rank waiting jobs as this teacher does (`dl2.state`)
-            from slurm_liquid.policy import make_policy
-
-            teacher = make_policy(args.teacher, speed)
+            teacher = make_teacher(args, speed)
             meta["start_margin"] = float(getattr(teacher, "start_margin", 0.0))
             meta["rate_column"] = hasattr(teacher, "plan")  # learnt with the teacher's price of each step
         if args.teacher == "sacct":
@@ -157,14 +165,15 @@ def train(args: argparse.Namespace, load_policy) -> int:
                              f"({len(train_steps)} for training, {len(held)} held out)")
         res = T.supervised(params, train_steps, held, epochs=args.warmup_epochs, lr=args.lr or 1e-3,
                            seed=args.seed, progress=_say)
-        meta["stages"].append(f"supervised on {args.teacher}{scaling}")
+        named = args.teacher if args.teacher_margin is None else f"{args.teacher} (margin {args.teacher_margin:g})"
+        meta["stages"].append(f"supervised on {named}{scaling}")
         meta["training"]["warmup"] = {"teacher": args.teacher, **source, "decisions": len(train_steps),
                                       "held_out_agreement": res.curve[-1]["held_out_agreement"] if res.curve else None}
         if args.curves:
             T.write_curves(res.curve, f"{args.curves}-warmup", f"warm-up on {args.teacher}")
         if args.dagger:
             _dagger(args, config, speed, meta, params, train_steps, held)
-            meta["stages"].append(f"{args.dagger} DAgger rounds on {args.teacher}{scaling}")
+            meta["stages"].append(f"{args.dagger} DAgger rounds on {named}{scaling}")
     if args.rl:
         cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-5, entropy=args.entropy, explore=args.explore,
                          job_aware=not args.no_job_aware, critic=not args.no_critic, replay=not args.no_replay,
@@ -219,13 +228,22 @@ def train(args: argparse.Namespace, load_policy) -> int:
     return 0
 
 
+def make_teacher(args: argparse.Namespace, speed):
+    """The warm-up's simulated teacher, with `--teacher-margin` as both of its restart margins."""
+    from slurm_liquid.policy import make_policy
+
+    teacher = make_policy(args.teacher, speed)
+    if args.teacher_margin is not None:
+        teacher.start_margin = teacher.resize_margin = args.teacher_margin
+    return teacher
+
+
 def _teacher_steps(args: argparse.Namespace, config, speed, meta: dict) -> tuple[list, list, dict]:
     """A simulated teacher on Philly samples: all but the last two workloads train, those two are held out."""
-    from slurm_liquid.policy import make_policy
     from slurm_liquid.policy.dl2 import train as T
 
     seeds = [args.seed * 1000 + k for k in range(args.warmup_workloads + 2)]
-    teacher = make_policy(args.teacher, speed)
+    teacher = make_teacher(args, speed)
     steps = []
     for k, s in enumerate(seeds):
         steps.append(T.collect_teacher(T.philly_workload(s, args.jobs), teacher, config, int(meta["window"]), speed,
@@ -249,13 +267,12 @@ def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_s
     """DAgger rounds after a simulated teacher's warm-up (`train.collect_on_policy`). The samples are
     Philly workloads at `--dagger-loads` (seeds 5000 on, apart from the warm-up's), so the student also
     meets the crowded states of loads above the training one."""
-    from slurm_liquid.policy import make_policy
     from slurm_liquid.policy.dl2 import train as T
     from slurm_liquid.policy.dl2.agent import DL2Policy
     from slurm_liquid.sim.workload import sample_philly
 
     loads = dagger_loads(args.dagger_loads)
-    teacher = make_policy(args.teacher, speed)
+    teacher = make_teacher(args, speed)
     seeds = []
     res = None
     for r in range(args.dagger):
