@@ -113,7 +113,7 @@ def test_elastic_workload_completes_once_under_dl2_and_static(elastic_cluster: C
             seen.setdefault(job.id, set()).add(gpus)
     assert any(len(counts - {0}) > 1 for counts in seen.values()), seen
     print(f"\naverage JCT on Slurm {cluster.slurm}: dl2 {results['dl2'][0]:.0f} s "
-          f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s (a third of the steps)")
+          f"({results['dl2'][1]} resizes), static {results['static'][0]:.0f} s (short cifar10 jobs)")
 
 
 def test_an_elastic_job_starts_at_the_gpus_that_are_free_inside_its_range(elastic_cluster: Cluster) -> None:
