@@ -141,6 +141,14 @@ python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --polic
   --out $R/paper-dl2-hull-warmup-small.json
 python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --policy-file $R/psw-small-hull-dagger.npz --seeds 8 \
   --out $R/paper-dl2-hull-small.json
+# the large setting's file (trained/dl2-paper-large.npz): the same teacher at the setting's own window (40), 3 traces
+# and 2 DAgger rounds (about 20 min); validation traces 5000-5007, then the held-out traces
+python benchmarks/dl2/paper.py --settings dl2-paper-large --train $R/psw-large-hull-dagger.npz --teacher hull --train-seeds 3 \
+  --dagger 2
+python benchmarks/dl2/paper.py --settings dl2-paper-large --first 5000 --seeds 8 --policies drf,optimus,hull,dl2 \
+  --policy-file $R/psw-large-hull-dagger.npz > $R/paper-dl2-large-validation.log
+python benchmarks/dl2/paper.py --settings dl2-paper-large --seeds 8 --policies drf,optimus,drf-best-split,hull,dl2 \
+  --policy-file $R/psw-large-hull-dagger.npz --out $R/paper-dl2-large.json > $R/paper-dl2-large.log
 python benchmarks/dl2/paper_teachers.py > $R/paper-teachers.log
 python benchmarks/dl2/paper_teachers.py --setting dl2-paper-large > $R/paper-teachers-large.log
 python benchmarks/dl2/generalise.py --out $R/generalise.json

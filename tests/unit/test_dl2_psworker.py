@@ -97,13 +97,14 @@ def test_files_of_the_other_action_space_are_refused(tmp_path) -> None:
         W.make_psworker_dl2(wrong)
 
 
-def test_shipped_small_policy_loads_for_the_small_setting() -> None:
-    st = replace(P.SETTINGS["dl2-paper-small"], nodes=6, jobs=8)  # same name: the shipped file is chosen by it
+@pytest.mark.parametrize("name", ["dl2-paper-small", "dl2-paper-large"])
+def test_the_shipped_policy_of_each_setting_loads_for_it(name, monkeypatch, tmp_path) -> None:
+    st = replace(P.SETTINGS[name], nodes=6, jobs=8)  # same name: the shipped file is chosen by it
     res = P.PaperRun(st, P.paper_trace(st, 0)).run(P.make_paper_policy("dl2"))
     assert len(res.jcts) == 8
-    large = replace(P.SETTINGS["dl2-paper-large"], nodes=6, jobs=8)
-    with pytest.raises(UsageError, match="no DL2 policy trained for dl2-paper-large"):
-        P.PaperRun(large, P.paper_trace(large, 0)).run(P.make_paper_policy("dl2"))
+    monkeypatch.setattr(W, "TRAINED_DIR", tmp_path)  # a setting with no file installed: one clear error
+    with pytest.raises(UsageError, match=f"no DL2 policy trained for {name}"):
+        P.PaperRun(st, P.paper_trace(st, 0)).run(P.make_paper_policy("dl2"))
 
 
 def test_dagger_rounds_add_the_teachers_labels_of_the_students_slots() -> None:
