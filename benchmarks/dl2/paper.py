@@ -41,6 +41,8 @@ def main() -> int:
     ap.add_argument("--teacher", default="drf-best-split", help="drf, optimus, drf-best-split or hull")
     ap.add_argument("--window", type=int, help="with --train: jobs the network sees per decision (default: the "
                     "setting's scheduling window)")
+    ap.add_argument("--sliding-window", action="store_true", help="with --train: the window moves within a slot "
+                    "(a job at its peak speed leaves it, the next waiting job enters; recorded in the file)")
     ap.add_argument("--train-seeds", type=int, default=3)
     ap.add_argument("--dagger", type=int, default=0, metavar="ROUNDS", help="with --train: DAgger rounds after the "
                     "warm-up, each on the next two traces (the student acts, the teacher labels its slots)")
@@ -57,7 +59,7 @@ def main() -> int:
 
         setting = SETTINGS[args.settings.split(",")[0]]
         params, meta = warmup(setting, make_paper_policy(args.teacher), range(args.train_seeds), args.epochs,
-                              window=args.window, dagger=args.dagger)
+                              window=args.window, dagger=args.dagger, slide=args.sliding_window)
         save_policy(args.train, params, meta, features=PS_FEATURES)
         print(json.dumps(meta["training"]))
         return 0

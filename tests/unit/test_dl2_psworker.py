@@ -114,3 +114,45 @@ def test_dagger_rounds_add_the_teachers_labels_of_the_students_slots() -> None:
     assert meta["training"]["decisions"] > plain["training"]["decisions"]  # the student's slots, labelled
     assert [row["dagger_round"] for row in meta["curve"] if "dagger_round" in row] == [1, 1, 1]
     assert len(P.PaperRun(TINY, P.paper_trace(TINY, 9)).run(W.PSWorkerDL2(params, TINY.window)).jcts) == TINY.jobs
+
+
+ROOMY = replace(TINY, name="roomy", nodes=200)  # room for every job at its peak: hull = the bound
+
+
+def test_a_sliding_window_lets_a_small_window_reach_every_job_where_a_fixed_one_cannot() -> None:
+    run = P.PaperRun(ROOMY, P.paper_trace(ROOMY, 5))
+    expected = run.run(P.PaperHull())
+    fixed = run.run(W.Imitate(P.PaperHull(), 2, []))
+    steps: list = []
+    sliding = run.run(W.Imitate(P.PaperHull(), 2, steps, slide=True))
+    assert sliding.jcts == pytest.approx(expected.jcts)
+    assert fixed.avg_jct_s > expected.avg_jct_s * 1.05  # the later jobs keep their bundle
+    assert steps and all(s.valid[s.action] for s in steps) and max(len(s.valid) for s in steps) == 3 * 2 + 1
+
+
+def test_a_job_at_its_peak_leaves_a_sliding_window_and_the_next_one_enters() -> None:
+    jobs = P.paper_trace(ROOMY, 1)
+    slot = P.Slot(ROOMY, 20, jobs)
+    W.assign_bundles(slot)
+    state = W.PSState(slot, window=2, slide=True)
+    first, waiting = state.jobs[0], len(state.waiting)
+    assert waiting == len(jobs) - 2 and state.beyond == waiting
+    while first in state.jobs:  # walk the first job up its hull to its peak
+        ps, workers, _ = P.next_step(first.model, ROOMY.max_tasks, first.ps, first.workers)
+        role = "bundle" if first.ps < ps and first.workers < workers else "ps" if first.ps < ps else "worker"
+        state.apply(state.action_of(first, role))
+    assert P.next_step(first.model, ROOMY.max_tasks, first.ps, first.workers) is None
+    assert len(state.jobs) == 2 and state.beyond == waiting - 1 and state.rows() == 7
+    assert state.matrix()[:-1, W.N_TYPES:W.N_TYPES + 3].sum() == 6  # rows rebuilt for the two window jobs
+    fixed = W.PSState(P.Slot(ROOMY, 20, jobs), window=2)
+    assert fixed.jobs == sorted(fixed.jobs, key=lambda j: j.arrival) and fixed.beyond == len(jobs) - 2
+
+
+def test_a_file_trained_with_a_sliding_window_says_so_and_slides_when_loaded(tmp_path) -> None:
+    params, meta = W.warmup(ROOMY, P.PaperHull(), range(2), epochs=1, hidden=8, window=2, slide=True)
+    assert meta["window_slides"] is True
+    path = save_policy(tmp_path / "s.npz", params, meta, features=W.PS_FEATURES)
+    assert W.make_psworker_dl2(path).slide
+    old = save_policy(tmp_path / "o.npz", params, {k: v for k, v in meta.items() if k != "window_slides"},
+                      features=W.PS_FEATURES)
+    assert not W.make_psworker_dl2(old).slide  # files from before the option keep the artifact's window

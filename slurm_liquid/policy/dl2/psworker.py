@@ -4,7 +4,9 @@ In the DL2 paper (and in `slurm_liquid.sim.paper`) a job holds workers and param
 and the split between them matters as much as the total. The action space is the paper's: for each
 job of the scheduling window (the `window` earliest-arrived active jobs that can still grow),
 "add a worker", "add a PS" or "add a bundle (one of each)", plus "stop for this slot"; actions are
-taken one after another within a slot (ACTION_DIM = 3 x window + 1 in the artifact).
+taken one after another within a slot (ACTION_DIM = 3 x window + 1 in the artifact). A file trained
+with a sliding window (`window_slides`) lets a job at its peak speed leave the window within the slot
+and the next waiting job enter (`PSState`), so a window smaller than the active jobs still reaches them all.
 
 It reuses the DL2 network of `net.py` unchanged: one row per (job, role) plus the stop row, the
 same MLP scoring every row, the softmax over the legal rows. A row is the job's features, the role
@@ -37,7 +39,7 @@ import numpy as np
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2.agent import Step
 from slurm_liquid.policy.dl2.net import Params, forward, init_params
-from slurm_liquid.sim.paper import Slot, capacity, first_bundles, place_cpu_first, uses_gpu
+from slurm_liquid.sim.paper import Slot, capacity, first_bundles, next_step, place_cpu_first, uses_gpu
 
 ROLES = ("worker", "ps", "bundle")
 N_TYPES = 8
@@ -52,18 +54,39 @@ def _after(job, role: str) -> tuple[int, int]:
 class PSState:
     """The rows of one decision within a slot (`slot`: a `slurm_liquid.sim.paper.Slot`), over the
     jobs' counted (PS, workers). The matrix is built once per slot and updated in place: an action
-    changes only its job's rows and the cluster columns."""
+    changes only its job's rows and the cluster columns.
 
-    def __init__(self, slot, window: int) -> None:
+    `slide=False` is the artifact's window: the `window` earliest-arrived jobs that can still grow,
+    fixed for the slot. Every slot starts each job from one bundle, so with more active jobs than
+    the window the later ones keep their bundle however much room is left (imitating `hull` at the
+    large setting's window of 40 ran 9.3 h where `hull` runs 7.7 h). `slide=True` lets the window
+    move within the slot: a job that no addition within the cap makes faster (`next_step` is None:
+    it is at its peak) leaves it, and the next waiting job enters, so the window holds only jobs an
+    action can still help."""
+
+    def __init__(self, slot, window: int, slide: bool = False) -> None:
         self.slot = slot
         self.window = window
-        grow = [j for j in slot.jobs if any(slot.can_grow(j, r) for r in ROLES)]
-        self.jobs = sorted(grow, key=lambda j: (j.arrival, j.index))[:window]  # JOB_SORT_PRIORITY "Arrival"
-        self.beyond = len(grow) - len(self.jobs)
+        self.slide = slide
+        grow = sorted((j for j in slot.jobs if self._eligible(j)), key=lambda j: (j.arrival, j.index))
+        self.jobs = grow[:window]  # JOB_SORT_PRIORITY "Arrival"
+        self.waiting = grow[window:]
         self.placed = 0  # tasks the network added in this slot
         self.total = capacity(slot.setting)
         self.tasks_left = self.total[0] - sum(j.ps + j.workers for j in slot.jobs)
         self.gpu_left = self.total[1] - sum(j.workers for j in slot.jobs if uses_gpu(j))
+        self._build()
+
+    @property
+    def beyond(self) -> int:
+        return len(self.waiting)
+
+    def _eligible(self, job) -> bool:
+        if not any(self.slot.can_grow(job, r) for r in ROLES):
+            return False
+        return not self.slide or next_step(job.model, self.slot.setting.max_tasks, job.ps, job.workers) is not None
+
+    def _build(self) -> None:
         # (tasks, GPU workers) one more worker, PS or bundle takes
         self.need = np.array([[(1, uses_gpu(j)), (1, 0), (2, uses_gpu(j))] for j in self.jobs],
                              dtype=int).reshape(-1, len(ROLES), 2)
@@ -128,6 +151,12 @@ class PSState:
         job.ps += role in ("ps", "bundle")
         self.tasks_left, self.gpu_left = self.tasks_left - tasks, self.gpu_left - gpus
         self.placed += 1
+        if self.slide and not self._eligible(job):  # at its peak: the next waiting job takes its place
+            del self.jobs[i]
+            if self.waiting:
+                self.jobs.append(self.waiting.pop(0))
+            self._build()
+            return True
         self._job_rows(i)
         self._cluster()
         return True
@@ -150,9 +179,10 @@ class PSWorkerDL2:
     name = "dl2"
 
     def __init__(self, params: Params | None, window: int | None = None, sample: bool = False,
-                 seed: int = 0) -> None:
+                 seed: int = 0, slide: bool = False) -> None:
         self.params = params
         self.window = window
+        self.slide = slide
         self.sample = sample
         self.rng = np.random.default_rng(seed)
         self.steps: list[Step] | None = None  # set to a list to record decisions
@@ -167,12 +197,13 @@ class PSWorkerDL2:
                              "give one with --policy-file")
         self.params, meta = load_psworker(path)
         self.window = self.window or int(meta["window"])
+        self.slide = bool(meta.get("window_slides", False))
 
     def schedule(self, slot) -> None:
         if self.params is None:
             self._load(slot.setting)
         assign_bundles(slot)
-        state = PSState(slot, self.window or slot.setting.window)
+        state = PSState(slot, self.window or slot.setting.window, self.slide)
         while True:
             valid = state.valid()
             if not valid[:-1].any():
@@ -197,7 +228,7 @@ def make_psworker_dl2(policy_file: str | Path | None = None) -> PSWorkerDL2:
     if policy_file is None:
         return PSWorkerDL2(None)
     params, meta = load_psworker(policy_file)
-    return PSWorkerDL2(params, int(meta["window"]))
+    return PSWorkerDL2(params, int(meta["window"]), slide=bool(meta.get("window_slides", False)))
 
 
 # -- supervised warm-up on a teacher -------------------------------------------------------------
@@ -223,8 +254,8 @@ class Imitate:
     with a `plan` (`PaperHull`) is followed step by step in its own order (a bundle while both roles
     fall short, else the short one), then stops; others through `next_action`."""
 
-    def __init__(self, teacher, window: int, steps: list[Step]) -> None:
-        self.teacher, self.window, self.steps = teacher, window, steps
+    def __init__(self, teacher, window: int, steps: list[Step], slide: bool = False) -> None:
+        self.teacher, self.window, self.steps, self.slide = teacher, window, steps, slide
         self.name = f"imitate-{teacher.name}"
 
     def reset(self) -> None:
@@ -239,15 +270,21 @@ class Imitate:
         for job in slot.jobs:  # the real slot is still empty
             job.ps = job.workers = 0
         assign_bundles(slot)
-        state = PSState(slot, self.window)
-        for job, ps, workers in plan or ():
-            while (job.ps, job.workers) != (ps, workers):
-                role = "bundle" if job.ps < ps and job.workers < workers else "ps" if job.ps < ps else "worker"
-                action, valid = state.action_of(job, role), state.valid()
-                if action is None or not valid[action]:  # outside the window, or past a cap
-                    break
-                self.steps.append(Step(state.matrix().copy(), valid, action))
-                state.apply(action)
+        state = PSState(slot, self.window, self.slide)
+        deferred = list(plan or ())
+        while deferred:  # once without a sliding window; with one, again for the jobs that entered it
+            outside = []
+            for job, ps, workers in deferred:
+                while (job.ps, job.workers) != (ps, workers):
+                    role = "bundle" if job.ps < ps and job.workers < workers else "ps" if job.ps < ps else "worker"
+                    action, valid = state.action_of(job, role), state.valid()
+                    if action is None and self.slide and job in state.waiting:
+                        outside.append((job, ps, workers))
+                    if action is None or not valid[action]:  # outside the window, or past a cap
+                        break
+                    self.steps.append(Step(state.matrix().copy(), valid, action))
+                    state.apply(action)
+            deferred = outside if len(outside) < len(deferred) else []
         while True:
             valid = state.valid()
             if not valid[:-1].any():
@@ -262,11 +299,11 @@ class Imitate:
                 return place(slot)
 
 
-def teacher_steps(traces: Sequence, teacher, window: int) -> list[Step]:
+def teacher_steps(traces: Sequence, teacher, window: int, slide: bool = False) -> list[Step]:
     """Decisions of `teacher` on each `PaperRun` of `traces`, as PS/worker actions."""
     steps: list[Step] = []
     for run in traces:
-        run.run(Imitate(teacher, window, steps))
+        run.run(Imitate(teacher, window, steps, slide))
     return steps
 
 
@@ -285,7 +322,7 @@ class LabelledByTeacher:
     name = "dagger"
 
     def __init__(self, student: PSWorkerDL2, teacher, window: int, steps: list[Step]) -> None:
-        self.student, self.imitate = student, Imitate(teacher, window, steps)
+        self.student, self.imitate = student, Imitate(teacher, window, steps, student.slide)
 
     def reset(self) -> None:
         self.imitate.reset()
@@ -298,20 +335,22 @@ class LabelledByTeacher:
 
 
 def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int = 64, layers: int = 2,
-           seed: int = 0, held_out: int = 1, window: int | None = None, dagger: int = 0) -> tuple[Params, dict]:
+           seed: int = 0, held_out: int = 1, window: int | None = None, dagger: int = 0,
+           slide: bool = False) -> tuple[Params, dict]:
     """Supervised warm-up on `teacher`'s decisions in the replica: traces `seeds` (the last `held_out`
     of them measure agreement only), the network seeing `window` jobs (default: the setting's); then
     `dagger` rounds, each running the student on the next two traces, adding the teacher's labels of
-    the slots it reached and training 3 more epochs on everything. Returns the weights and the
-    metadata of a policy file."""
+    the slots it reached and training 3 more epochs on everything; `slide`: a sliding window
+    (`PSState`), recorded in the file as `window_slides`. Returns the weights and the metadata of a
+    policy file."""
     from slurm_liquid.policy.dl2.train import supervised
     from slurm_liquid.sim.paper import PaperRun, paper_trace
 
     runs = [PaperRun(setting, paper_trace(setting, s)) for s in seeds]
     cut = max(1, len(runs) - held_out)
     window = window or setting.window
-    train = teacher_steps(runs[:cut], teacher, window)
-    test = teacher_steps(runs[cut:], teacher, window) if len(runs) > cut else train[-2000:]
+    train = teacher_steps(runs[:cut], teacher, window, slide)
+    test = teacher_steps(runs[cut:], teacher, window, slide) if len(runs) > cut else train[-2000:]
     result = supervised(new_psworker_params(hidden, layers, seed), train, test, epochs=epochs, seed=seed)
     stages, curve = [f"supervised warm-up on {teacher.name}"], list(result.curve)
     agreement = result.curve[-1]["held_out_agreement"]
@@ -319,13 +358,13 @@ def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int 
     for round_ in range(dagger):
         traces = (next_trace, next_trace + 1)
         for s in traces:
-            student = LabelledByTeacher(PSWorkerDL2(params, window), teacher, window, train)
+            student = LabelledByTeacher(PSWorkerDL2(params, window, slide=slide), teacher, window, train)
             PaperRun(setting, paper_trace(setting, s)).run(student)
         result = supervised(params, train, test, epochs=3, seed=round_)
         params, next_trace = result.params, next_trace + 2
         stages.append(f"DAgger round {round_ + 1} on traces {traces[0]}, {traces[1]} labelled by {teacher.name}")
         curve += [dict(row, dagger_round=round_ + 1) for row in result.curve]
-    meta = {"window": window, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
+    meta = {"window": window, "window_slides": slide, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
             "setting": setting.name, "stages": stages,
             "training": {"teacher": teacher.name, "trace_seeds": list(seeds), "dagger_rounds": dagger,
                          "decisions": len(train), "warmup_held_out_agreement": agreement,
