@@ -123,8 +123,8 @@ done
 # 7. the LP lower bound of every setting, the DL2 paper replica (baselines, then the PS/worker warm-up shipped
 # as slurm_liquid/policy/dl2/trained/dl2-paper-small.npz, on the same held-out traces) and the generalisation table.
 # The replica's warm-up imitates `hull` with a window of every job (60), then 2 DAgger rounds; the file was
-# chosen over the warm-up alone and a 6-trace, 8-epoch warm-up on validation traces 5000-5007
-# (paper-dl2-hull-*validation.log), never on the held-out 10000-10007.
+# chosen over the warm-up alone (and, on the speed table of before 2026-12-07, a 6-trace, 8-epoch warm-up) on
+# validation traces 5000-5007 (paper-dl2-hull-*validation.log), never on the held-out 10000-10007.
 for P in 30 150; do
   python benchmarks/dl2/bound.py --penalty $P --out $R/bound-p$P.json
   python benchmarks/dl2/bound.py --penalty $P --batch-scaling --out $R/bound-bs-p$P.json
@@ -143,8 +143,8 @@ python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --polic
   --out $R/paper-dl2-hull-small.json
 # the large setting's file (trained/dl2-paper-large.npz): the same teacher at the setting's own window (40), sliding
 # (a job at its peak leaves the window within the slot), 3 traces and 2 DAgger rounds (16 min, 7.3 GB);
-# validation traces 5000-5007, then the held-out traces. The fixed window's file was
-# `--train $R/psw-large-hull-dagger.npz` without --sliding-window (9.01 h validation, 9.21 h held-out).
+# validation traces 5000-5007, then the held-out traces. Without --sliding-window (runs/psw-large-hull-dagger.npz,
+# trained on the 372-record speed table of before 2026-12-07) the later jobs keep one bundle: 9.21 h held-out.
 python benchmarks/dl2/paper.py --settings dl2-paper-large --train $R/psw-large-hull-slide.npz --teacher hull --train-seeds 3 \
   --dagger 2 --sliding-window > $R/psw-large-hull-slide.log
 python benchmarks/dl2/paper.py --settings dl2-paper-large --first 5000 --seeds 8 --policies drf,optimus,hull,dl2 \

@@ -44,6 +44,11 @@ def test_speed_table_interpolates_the_measured_points() -> None:
     assert P.samples_per_s(resnet, 20, 2) > 1.5 * P.samples_per_s(resnet, 11, 11)
     assert P.samples_per_s(resnet, 0, 4) == 0 and P.samples_per_s(resnet, 3, 0) == 0
     assert P.samples_per_s(resnet, 7, 6) > 0  # between the points
+    # every record of the artifact's file: vgg-16 slows from 4 to 5 PS on one worker (where Optimus' climb
+    # stops), and a failed all-zero record is kept, as the artifact's interpolation keeps it
+    assert P.samples_per_s(vgg, 4, 1) == pytest.approx(18.70, abs=0.01)
+    assert P.samples_per_s(vgg, 5, 1) == pytest.approx(17.75, abs=0.01)
+    assert P.samples_per_s(vgg, 4, 8) == pytest.approx(0.0, abs=1e-6)
 
 
 def test_drf_hands_out_bundles_by_dominant_share_within_capacity() -> None:

@@ -19,7 +19,7 @@ The actions count tasks against the cluster's capacity (CPU tasks and GPU worker
 end of the slot `slurm_liquid.sim.paper.place_cpu_first` places them through the least-used-node
 rule, which packs any counts within capacity. Placing each task as it is chosen, bundles first, left
 capacity unused whenever a node full of CPU-only tasks ranked least used (a teacher's same targets
-ran 5.3% below Optimus placed that way, 16.1% placed at the end: `benchmarks/dl2/paper_teachers.py`).
+ran 15.9% below Optimus placed that way, 25.9% placed at the end: `benchmarks/dl2/paper_teachers.py`).
 
 Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions
 in the replica (the artifact's DRF, its Optimus, DRF's task counts with the best split, or `hull`,
@@ -59,10 +59,10 @@ class PSState:
     `slide=False` is the artifact's window: the `window` earliest-arrived jobs that can still grow,
     fixed for the slot. Every slot starts each job from one bundle, so with more active jobs than
     the window the later ones keep their bundle however much room is left (imitating `hull` at the
-    large setting's window of 40 ran 9.3 h where `hull` runs 7.7 h). `slide=True` lets the window
-    move within the slot: a job that no addition within the cap makes faster (`next_step` is None:
-    it is at its peak) leaves it, and the next waiting job enters, so the window holds only jobs an
-    action can still help."""
+    large setting's window of 40 ran trace 5000 in 9.9 h where `hull` runs 8.1 h). `slide=True`
+    lets the window move within the slot: a job that no addition within the cap makes faster
+    (`next_step` is None: it is at its peak) leaves it, and the next waiting job enters, so the
+    window holds only jobs an action can still help."""
 
     def __init__(self, slot, window: int, slide: bool = False) -> None:
         self.slot = slot
