@@ -7,8 +7,9 @@
 Every job of the workload becomes a `CurveApp` (slurm_liquid/sim/curves.py) registered under its
 name, so the simulator's jobs step exactly as the live stand-in trainers do. The cluster is the
 test cluster's 4 nodes x 4 GPUs. It runs the one scheduling loop (`slurm_liquid.loop`) the daemon
-runs, with the daemon's rules: Slurm's shape rule (the same GPUs on every node of a multi-node job),
-no suspension of a running job, a job kept as it is when its target cannot be placed.
+runs, with the daemon's rules: Slurm's shape rule (the same GPUs on every node of a multi-node job;
+a rigid job only on the `-N` it was submitted with, `Shape.SUBMITTED`), no suspension of a running
+job, a job kept as it is when its target cannot be placed.
 Arms:
 
 | arm | live | simulated |
@@ -184,7 +185,7 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
     config = ClusterConfig(nodes=4, gpus_per_node=4, interval=interval, restart_penalty=restart_cost,
                            elastic=arm in ("drf", "dl2"), walltime_factor=0.0, nodes_per_switch=2)
     config, placer = make_placer(placer_name, config)
-    place = PlaceStage(placer, Shape.UNIFORM)
+    place = PlaceStage(placer, Shape.SUBMITTED)
     start = restart_cost if start_cost is None else start_cost
     sim = LiveSimulator(specs_of(workload), config, f"live-{arm}", start)
     declared = {j["name"]: (j["app"], int(j["batch_size"])) for j in workload["jobs"]}

@@ -6,7 +6,11 @@ previous ones took. Two rules come from the back end:
 
 - `shape`: FREE lets a job take any GPUs per node (the Pollux artifact's simulator, whose published
   numbers depend on it); UNIFORM is what Slurm can express for one job (`--nodes=K --gres=gpu:N`: the
-  same N GPUs on each of K nodes), tried fewest nodes first.
+  same N GPUs on each of K nodes), tried fewest nodes first; SUBMITTED is UNIFORM, except that a rigid
+  job takes only the fewest nodes, the `--nodes=ceil(G / GPUs per node)` it was submitted with
+  (benchmarks/live/run.py): Slurm will not spread a job over more nodes than its `--nodes`, while the
+  daemon chooses an elastic job's shape. Spreading rigid jobs made the live replay's simulated plain
+  Slurm 20% slower than the cluster on a workload of jobs that are slow across nodes.
 - `usable`: the names of the nodes one job may use (on the live cluster: up, in its partition, with
   its GPU type and features, `placement.slurm_rules.JobViews.usable`; free CPUs and memory are not
   checked when a running job is resized); None (the hook, or its answer): every node.
@@ -41,6 +45,7 @@ from slurm_liquid.policy.base import Action, Allocation, ClusterView, Decision, 
 class Shape(str, Enum):
     FREE = "free"
     UNIFORM = "uniform"
+    SUBMITTED = "submitted"
 
 
 def slurm_shapes(gpus: int, gpus_per_node: int) -> list[tuple[int, int]]:
@@ -235,8 +240,10 @@ class PlaceStage:
         if self.shape is Shape.FREE:
             return self._first(job, gpus, [None], seen, fresh)
         counts = range(gpus, max(job.min_gpus, 1) - 1, -1) if job.elastic else (gpus,)
+        fewest_only = self.shape is Shape.SUBMITTED and not job.elastic
         for count in counts:
-            placement = self._first(job, count, [per_node for _, per_node in slurm_shapes(count, widest)], seen, fresh)
+            shapes = slurm_shapes(count, widest)[:1] if fewest_only else slurm_shapes(count, widest)
+            placement = self._first(job, count, [per_node for _, per_node in shapes], seen, fresh)
             if placement is not None:
                 return placement
         return None

@@ -41,6 +41,17 @@ def test_uniform_shape_gives_the_same_gpus_on_every_node() -> None:
     assert sorted(g for _, g in free[0].allocation) == [2, 4]   # the artifact's rule: any GPUs per node
 
 
+def test_a_rigid_job_keeps_the_node_count_it_was_submitted_with() -> None:
+    busy = tuple(JobView(f"x{i}", 0, 3, allocation=((f"n{i}", 3),)) for i in range(4))   # one GPU free per node
+    rigid, elastic = JobView("r", 1, 2), JobView("e", 2, 2, min_gpus=1, max_gpus=2)
+    v = ClusterView(0.0, NODES, busy + (rigid, elastic))
+    spread = PlaceStage(MostFreeGreedy(), Shape.UNIFORM).place(v, Decision((("r", 2),)))
+    assert [len(a.allocation) for a in spread] == [2]     # UNIFORM: 2 nodes x 1 GPU
+    submitted = PlaceStage(MostFreeGreedy(), Shape.SUBMITTED)
+    assert submitted.place(v, Decision((("r", 2),))) == []   # -N 1 --gres=gpu:2: waits for a node with 2
+    assert [len(a.allocation) for a in submitted.place(v, Decision((("e", 2),)))] == [2]  # the daemon picks its shape
+
+
 @given(st.integers(1, 64), st.integers(1, 8))
 def test_every_slurm_shape_is_even_and_fits_a_node(gpus: int, per_node: int) -> None:
     for nodes, each in slurm_shapes(gpus, per_node):
