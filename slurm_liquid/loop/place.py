@@ -6,11 +6,13 @@ previous ones took. Two rules come from the back end:
 
 - `shape`: FREE lets a job take any GPUs per node (the Pollux artifact's simulator, whose published
   numbers depend on it); UNIFORM is what Slurm can express for one job (`--nodes=K --gres=gpu:N`: the
-  same N GPUs on each of K nodes), tried fewest nodes first; SUBMITTED is UNIFORM, except that a rigid
-  job takes only the fewest nodes, the `--nodes=ceil(G / GPUs per node)` it was submitted with
-  (benchmarks/live/run.py): Slurm will not spread a job over more nodes than its `--nodes`, while the
-  daemon chooses an elastic job's shape. Spreading rigid jobs made the live replay's simulated plain
-  Slurm 20% slower than the cluster on a workload of jobs that are slow across nodes.
+  same N GPUs on each of K nodes), tried fewest nodes first; SUBMITTED is UNIFORM, except that a job
+  starting at the GPUs it asked for takes only the shape it was submitted with, the fewest nodes
+  (`--nodes=ceil(G / GPUs per node)`, as benchmarks/live/run.py submits): Slurm does not spread a job
+  over more nodes than its `--nodes`, and the daemon's admitter starts a job at its ask in the
+  submitted shape, choosing the shape only of a narrower start (`Admitter._narrower`) or a resize.
+  Spreading such starts made the live replay's simulated plain Slurm and DRF 20-24% slower than the
+  cluster on a workload of jobs that are slow across nodes.
 - `usable`: the names of the nodes one job may use (on the live cluster: up, in its partition, with
   its GPU type and features, `placement.slurm_rules.JobViews.usable`; free CPUs and memory are not
   checked when a running job is resized); None (the hook, or its answer): every node.
@@ -240,9 +242,11 @@ class PlaceStage:
         if self.shape is Shape.FREE:
             return self._first(job, gpus, [None], seen, fresh)
         counts = range(gpus, max(job.min_gpus, 1) - 1, -1) if job.elastic else (gpus,)
-        fewest_only = self.shape is Shape.SUBMITTED and not job.elastic
+        starts_as_submitted = self.shape is Shape.SUBMITTED and not job.allocation
         for count in counts:
-            shapes = slurm_shapes(count, widest)[:1] if fewest_only else slurm_shapes(count, widest)
+            shapes = slurm_shapes(count, widest)
+            if starts_as_submitted and count == job.gpus:
+                shapes = shapes[:1]
             placement = self._first(job, count, [per_node for _, per_node in shapes], seen, fresh)
             if placement is not None:
                 return placement

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings, strategies as st
 
 from slurm_liquid.loop import Loop, PlaceStage, Shape, slurm_shapes
@@ -41,15 +43,19 @@ def test_uniform_shape_gives_the_same_gpus_on_every_node() -> None:
     assert sorted(g for _, g in free[0].allocation) == [2, 4]   # the artifact's rule: any GPUs per node
 
 
-def test_a_rigid_job_keeps_the_node_count_it_was_submitted_with() -> None:
+def test_a_job_starts_at_its_ask_in_the_shape_it_was_submitted_with() -> None:
     busy = tuple(JobView(f"x{i}", 0, 3, allocation=((f"n{i}", 3),)) for i in range(4))   # one GPU free per node
-    rigid, elastic = JobView("r", 1, 2), JobView("e", 2, 2, min_gpus=1, max_gpus=2)
+    rigid, elastic = JobView("r", 1, 2), JobView("e", 2, 2, min_gpus=1, max_gpus=4)
     v = ClusterView(0.0, NODES, busy + (rigid, elastic))
     spread = PlaceStage(MostFreeGreedy(), Shape.UNIFORM).place(v, Decision((("r", 2),)))
     assert [len(a.allocation) for a in spread] == [2]     # UNIFORM: 2 nodes x 1 GPU
     submitted = PlaceStage(MostFreeGreedy(), Shape.SUBMITTED)
     assert submitted.place(v, Decision((("r", 2),))) == []   # -N 1 --gres=gpu:2: waits for a node with 2
-    assert [len(a.allocation) for a in submitted.place(v, Decision((("e", 2),)))] == [2]  # the daemon picks its shape
+    narrower = submitted.place(v, Decision((("e", 2),)))
+    assert [a.allocation for a in narrower] and sum(g for _, g in narrower[0].allocation) == 1  # starts at 1, not 1 + 1
+    grown = replace(elastic, allocation=(("n0", 1),))     # running: the daemon picks the shape of a resize
+    v2 = ClusterView(0.0, NODES, tuple(replace(b, allocation=((b.allocation[0][0], 2),)) for b in busy) + (grown,))
+    assert [len(a.allocation) for a in submitted.place(v2, Decision((("e", 4),)))] == [2]  # 2 nodes x 2
 
 
 @given(st.integers(1, 64), st.integers(1, 8))
