@@ -278,7 +278,7 @@ class Imitate:
                 while (job.ps, job.workers) != (ps, workers):
                     role = "bundle" if job.ps < ps and job.workers < workers else "ps" if job.ps < ps else "worker"
                     action, valid = state.action_of(job, role), state.valid()
-                    if action is None and self.slide and job in state.waiting:
+                    if action is None and self.slide and any(w is job for w in state.waiting):
                         outside.append((job, ps, workers))
                     if action is None or not valid[action]:  # outside the window, or past a cap
                         break
