@@ -56,6 +56,7 @@ ARMS = ("plain", "liquid", "drf", "dl2")
 GPUS = 16   # the test cluster: 4 nodes x 4 GPUs
 POLICY = {"plain": "static", "liquid": "static", "drf": "drf", "dl2": "dl2"}
 PAYBACK = Config().elastic.payback   # the shipped one
+START_WIDER = Config().elastic.start_wider   # the shipped one
 EVENT = re.compile(r"^standin-trainer: event=(\S+) t=([0-9.]+)(.*)$")
 WRITER = ("import json, os, sys\n"
           "for path, text in json.load(sys.stdin).items():\n"
@@ -103,8 +104,11 @@ class Live:
 
     def restart_daemon(self, policy: str) -> None:
         self.exec("entrypoint.sh", "daemon-stop", check=False)
-        # The shipped payback (a change must save its restart twice over), whatever the test cluster's file says.
-        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", f"{PAYBACK:g}", timeout=60)
+        # The shipped payback (a change must save its restart twice over) and start rule, whatever the
+        # test cluster's file says.
+        wider = "--start-wider" if START_WIDER else "--no-start-wider"
+        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", f"{PAYBACK:g}", wider,
+                  timeout=60)
 
 
 def job_files(arm: str, job: dict, steps: int) -> tuple[dict[str, str], list[str]]:

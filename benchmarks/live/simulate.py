@@ -62,7 +62,7 @@ ARMS = ("plain", "liquid", "drf", "dl2")
 BF_WINDOW_S = 86400.0   # Slurm's default bf_window (1440 minutes)
 # The payback is the shipped one, which run.py gives the live daemon.
 DAEMON = {"slot_s": 15.0, "min_change_interval_s": 20.0, "max_changes_per_hour": 30,
-          "payback": Config().elastic.payback}
+          "payback": Config().elastic.payback, "start_wider": Config().elastic.start_wider}
 # arm -> (policy, placer, decision interval in seconds: the placement pass's; slots come every slot_s)
 # Slurm and the daemon's placement pass both start a job within about a second of its GPUs freeing.
 SETUP = {"plain": ("fifo", "slurm", 1.0), "liquid": ("fifo", "liquid", 1.0),
@@ -77,16 +77,19 @@ class DaemonMirror:
     - a waiting job starts as soon as GPUs are free, in arrival order (the daemon's placement pass, and
       Slurm, at every decision): a rigid job at the GPUs it asked for, an elastic one at the largest
       count of its range up to its ask that has a Slurm shape free now (the place stage's rule, and the
-      pass's `Admitter._narrower`);
+      pass's `Admitter._narrower`), or, when it is the only job waiting and `start_wider`, at up to one
+      node's GPUs that one node has free (`Admitter._wider`);
     - every `slot_s` the policy decides the running jobs' counts; a change is asked only if the job has
       not started or changed in the last `min_change_s` and has changed fewer than `max_per_hour` times
       in the hour (the daemon's `[elastic]` limits). A waiting job is never started by the slot.
     """
 
-    def __init__(self, policy, slot_s: float, min_change_s: float, max_per_hour: int) -> None:
+    def __init__(self, policy, slot_s: float, min_change_s: float, max_per_hour: int,
+                 start_wider: bool = False) -> None:
         self.policy = policy
         self.speed = getattr(policy, "speed", None)   # the loop bounds unmeasured widths for speed policies
         self.slot_s, self.min_change_s, self.max_per_hour = slot_s, min_change_s, max_per_hour
+        self.start_wider = start_wider
         self.name = policy.name
         self.reset()
 
@@ -95,6 +98,7 @@ class DaemonMirror:
         self.next_slot = 0.0
         self.changed: dict[str, list[float]] = {}
         self.held: dict[str, tuple] = {}
+        self.last = 0.0
 
     def decide(self, view: ClusterView) -> Decision:
         now = view.now
@@ -103,7 +107,7 @@ class DaemonMirror:
                 self.changed.setdefault(job.id, []).append(self.last)
         self.held = {j.id: j.allocation for j in view.jobs if j.allocation}
         self.last = now
-        moves = [(j.id, j.gpus) for j in view.jobs if not j.allocation]       # the placement pass
+        moves = [(j.id, self.start_count(view, j)) for j in view.jobs if not j.allocation]   # the placement pass
         running = [j for j in view.jobs if j.allocation]
         if now + 1e-9 < self.next_slot or not running:
             return Decision(tuple(moves))
@@ -115,6 +119,31 @@ class DaemonMirror:
                 continue
             moves.append((job.id, wanted[job.id]))
         return Decision(tuple(moves))
+
+
+    def start_count(self, view: ClusterView, job) -> int:
+        """The count the placement pass starts a waiting job at: its ask, or, for an elastic job that is
+        the only one waiting and asked for less than a node, the largest count of its range up to a node
+        that one node has free (`Admitter._wider`; the place stage puts it on one node, fewest first)."""
+        if not self.start_wider or not job.elastic or sum(1 for j in view.jobs if not j.allocation) != 1:
+            return job.gpus
+        widest = max((n.gpus for n in view.nodes), default=1)
+        most = max((n.gpus_free for n in view.free_state().nodes.values()), default=0)
+        return max(job.gpus, min(job.upper, widest, most)) if job.gpus < widest else job.gpus
+
+
+class MirrorLoop(Loop):
+    """The one loop as the mirror runs it: the daemon's placement pass is not the slot's loop, so a
+    waiting job's start is never bounded by what the speed room has measured (`Loop.admit` bounds
+    what a policy that decides by speed may give a job; here the pass, not the policy, starts jobs)."""
+
+    def admit(self, view: ClusterView):
+        bounded_view, bounded = super().admit(view)
+        if not bounded:
+            return bounded_view, bounded
+        waiting = {j.id: j for j in view.jobs if not j.allocation}
+        jobs = tuple(waiting.get(j.id, j) for j in bounded_view.jobs)
+        return replace(bounded_view, jobs=jobs), {k: v for k, v in bounded.items() if k not in waiting}
 
 
 class Declared(SimBackend):
@@ -183,7 +212,7 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
              ) -> dict:
     policy_name, placer_name, interval = SETUP[arm]
     config = ClusterConfig(nodes=4, gpus_per_node=4, interval=interval, restart_penalty=restart_cost,
-                           elastic=arm in ("drf", "dl2"), walltime_factor=0.0, nodes_per_switch=2)
+                           elastic=arm not in ("plain", "liquid"), walltime_factor=0.0, nodes_per_switch=2)
     config, placer = make_placer(placer_name, config)
     place = PlaceStage(placer, Shape.SUBMITTED)
     start = restart_cost if start_cost is None else start_cost
@@ -202,8 +231,8 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
         else:                        # the daemon's: the speed room, fed with the jobs' reports
             speed = MeasuredSpeedModel(config.gpus_per_node)
         policy = DaemonMirror(make_policy(policy_name, speed), DAEMON["slot_s"], DAEMON["min_change_interval_s"],
-                              DAEMON["max_changes_per_hour"])
-    Loop(policy, place, speed, suspends=False, payback=DAEMON["payback"] if speed is not None else 0.0).run(backend)
+                              DAEMON["max_changes_per_hour"], DAEMON["start_wider"])
+    MirrorLoop(policy, place, speed, suspends=False, payback=DAEMON["payback"] if speed is not None else 0.0).run(backend)
     result = sim.result(policy.name)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
             "restart_cost_s": round(restart_cost, 1), "start_cost_s": round(start, 1), "speed": speed_kind, "jobs": len(result.jcts),

@@ -101,6 +101,7 @@ class Admitter:
         self._stranded: set[int] = set()
         self._total_gpus = 0
         self._widest = 1
+        self._pending_gpu_jobs = 0
         # staging (slurm_liquid/staging): predicted nodes of waiting jobs, data holders as a tie-breaker
         self.staging = StagingHints(config, client, self.topology, now)
 
@@ -116,6 +117,8 @@ class Admitter:
         nodes = {n.name: n for n in self.client.nodes()}
         self._total_gpus = sum(n.gpus for n in nodes.values())
         self._widest = max((n.gpus for n in nodes.values()), default=1)
+        # every GPU job waiting, held by us or not (plain jobs, requeued ones waiting for their restart)
+        self._pending_gpu_jobs = sum(1 for j in jobs if j.is_pending and (j.gpus > 0 or j.shards > 0))
         state = self._free_state(nodes.values(), jobs)
         # each job's view of the nodes (Slurm's rules as a filter), kept current as the pass takes GPUs
         views = JobViews(nodes, state, TreeIndex.of(self.topology))
@@ -251,6 +254,8 @@ class Admitter:
             proposal = Placement(request.job, None, "waiting for room under one leaf switch")
         if not proposal.placed and view.usable:
             proposal = self._narrower(job, request, view, placer, age) or proposal
+        elif proposal.placed and self._pending_gpu_jobs == 1:
+            proposal = self._wider(job, request, view, placer) or proposal
         if not proposal.placed:
             self._wait(job, age, report)
             return
@@ -277,6 +282,27 @@ class Admitter:
                 placement = placer.place_on(view.snapshot(), replace(request, gpus=count, gpus_per_node=per_node))
                 if placement.placed and not (young and self._spans_leaves(placement)):
                     return placement
+        return None
+
+    def _wider(self, job: Job, request: PlacementRequest, view, placer) -> Placement | None:
+        """An elastic job that fits its ask and is the only GPU job waiting starts at the largest count
+        of its range, up to one node's GPUs, that one node has free (`[elastic] start_wider`): GPUs
+        nobody waits for would idle, and growing the job later costs a requeue where this costs
+        nothing. One node only: no cross-node sync it did not ask for. Jobs that arrive later start at
+        what is left (`_narrower`), and the slot shrinks this one where that pays. None: not such a job,
+        or no wider count fits."""
+        if not self.config.elastic.start_wider or request.gpus >= self._widest:
+            return None
+        if request.gpus_per_node not in (None, request.gpus):   # asked for several nodes
+            return None
+        trusted = self._trusted(self._record(job))
+        free = view.cap
+        if not trusted.elastic or trusted.high <= request.gpus or not free.size:
+            return None
+        for count in range(min(trusted.high, self._widest, int(free.max())), request.gpus, -1):
+            placement = placer.place_on(view.snapshot(), replace(request, gpus=count, gpus_per_node=count))
+            if placement.placed and len(placement.nodes) == 1:
+                return placement
         return None
 
     def _age(self, job: Job) -> float:

@@ -45,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override [elastic] policy")
     parser.add_argument("--payback", type=float, default=None, metavar="F",
                         help="override [elastic] payback (0: grow jobs without weighing the restart)")
+    parser.add_argument("--start-wider", action=argparse.BooleanOptionalAction, default=None,
+                        help="override [elastic] start_wider (an elastic job alone in the queue starts at up to "
+                             "one node's free GPUs)")
     parser.add_argument("--once", action="store_true", help="one elastic slot and one placement pass, then exit")
     parser.add_argument("--poll", type=float, default=None, metavar="S",
                         help="override [daemon] poll_s (with --no-events: the polling baseline)")
@@ -100,7 +103,8 @@ class Heartbeat:
 
 def run(args: argparse.Namespace) -> int:
     config = config_module.with_overrides(config_module.load(args.config), mode=args.mode, poll_s=args.poll)
-    config = config_module.with_overrides(config, "elastic", policy=args.policy, payback=args.payback)
+    config = config_module.with_overrides(config, "elastic", policy=args.policy, payback=args.payback,
+                                          start_wider=args.start_wider)
     cfg = config.daemon
     from slurm_liquid.cli import log_to_file
     from slurm_liquid.slurm import connect

@@ -243,6 +243,44 @@ def test_an_elastic_start_whose_count_slurm_refuses_is_not_started() -> None:
     assert client.updates == [] and 17 in report.failed and "no longer pending" in report.failed[17]
 
 
+def test_an_elastic_job_alone_in_the_queue_starts_wider_on_one_node() -> None:
+    # Nothing else waits and gpu03/gpu04 are idle: an elastic job asking 1 GPU (elastic=1:8) starts at
+    # a whole node's 4, its count set before it ever runs, never across nodes; elastic=1:2 caps it at 2.
+    busy = cluster(gpu01=4, gpu02=1)
+    client = FakeSlurm([job(20, 1, comment=ELASTIC)], busy)
+    report = run_pass(client)
+    ((job_id, per_node, nodes, names, _),) = client.resizes
+    assert (job_id, per_node, nodes) == (20, 4, 1) and names[0] in ("gpu03", "gpu04")
+    fields = client.only(20)
+    assert_started_on(fields, {names[0]: 4})
+    assert Record.parse(fields["Comment"]).get("started") == "4of1" and 20 in report.placed
+    capped = FakeSlurm([job(21, 1, comment=ELASTIC.replace("elastic=1:8", "elastic=1:2"))], busy)
+    run_pass(capped)
+    assert [r[1:3] for r in capped.resizes] == [(2, 1)]
+    # only gpu02's 3 are free on any one node: 3
+    three = FakeSlurm([job(22, 1, comment=ELASTIC)], cluster(gpu01=4, gpu02=1, gpu03=4, gpu04=4))
+    run_pass(three)
+    assert [r[1:3] for r in three.resizes] == [(3, 1)]
+
+
+def test_a_job_starts_as_asked_when_others_wait_or_it_may_not_grow() -> None:
+    idle = cluster()
+    others = FakeSlurm([job(23, 1, comment=ELASTIC),
+                        job(24, 2, comment="", admin="", age=30)], idle)    # a plain job waits too
+    run_pass(others)
+    assert others.resizes == [] and sum(placed_nodes(others.only(23)).values()) == 1
+    rigid = FakeSlurm([job(25, 1)], idle)
+    run_pass(rigid)
+    assert rigid.resizes == [] and sum(placed_nodes(rigid.only(25)).values()) == 1
+    spread = FakeSlurm([job(26, 2, per_node=1, num_nodes=2, comment=ELASTIC)], idle)   # asked two nodes
+    run_pass(spread)
+    assert spread.resizes == [] and placed_nodes(spread.only(26)) == {n: 1 for n in placed_nodes(spread.only(26))}
+    off = FakeSlurm([job(27, 1, comment=ELASTIC)], idle)
+    cfg = config()
+    Admitter(off, replace(cfg, elastic=replace(cfg.elastic, start_wider=False)), now=lambda: NOW).run_pass()
+    assert off.resizes == [] and sum(placed_nodes(off.only(27)).values()) == 1
+
+
 # --- waiting, leases and release -----------------------------------------------------------------
 
 def test_a_waiting_job_has_its_lease_renewed_only_when_it_runs_low() -> None:

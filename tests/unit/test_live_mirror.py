@@ -58,6 +58,24 @@ def test_the_daemon_mirror_places_waiting_jobs_and_resizes_only_on_its_rules(mir
     assert loop.decide(view(32.0, a, b)).actions == []            # no slot until 45 s
 
 
+def test_the_mirror_starts_an_elastic_job_alone_in_the_queue_on_a_whole_node(mirror) -> None:
+    # Admitter._wider: alone, an elastic job asking 1 starts on a node's 4 free GPUs even under a policy
+    # that decides by speed (the pass, not the slot's policy, starts jobs); with a second job waiting,
+    # each starts as asked; a rigid job always does.
+    class BySpeed(Wants):
+        speed = object()
+    for wider, alone, both in ((True, 4, (1, 2)), (False, 1, (1, 2))):
+        daemon = mirror.DaemonMirror(BySpeed({}), 15.0, 20.0, 30, start_wider=wider)
+        loop = mirror.MirrorLoop(daemon, PlaceStage(MostFreeGreedy(), Shape.UNIFORM), mirror.MeasuredSpeedModel(4),
+                                 suspends=False)   # the speed room would bound an unmeasured job at its ask
+        busy = JobView("x", 0.0, 4, allocation=(("n0", 4),))
+        placed = loop.decide(view(1.0, busy, JobView("a", 0.0, 1, max_gpus=8))).actions
+        assert [(x.job, x.gpus, len(x.allocation)) for x in placed] == [("a", alone, 1)]
+        placed = loop.decide(view(2.0, busy, JobView("a", 0.0, 1, max_gpus=8), JobView("b", 0.0, 2, max_gpus=8))).actions
+        assert tuple(x.gpus for x in sorted(placed, key=lambda x: x.job)) == both
+        assert [x.gpus for x in loop.decide(view(3.0, busy, JobView("r", 0.0, 1))).actions] == [1]
+
+
 def test_the_mirror_runs_the_smoke_workload_in_every_arm(mirror) -> None:
     import json
 
