@@ -120,7 +120,6 @@ class DaemonMirror:
             moves.append((job.id, wanted[job.id]))
         return Decision(tuple(moves))
 
-
     def start_count(self, view: ClusterView, job) -> int:
         """The count the placement pass starts a waiting job at: its ask, or, for an elastic job that is
         the only one waiting and asked for less than a node, the largest count of its range up to a node

@@ -2,6 +2,7 @@
 """The daemon's `[elastic] payback` on replay workloads the live run does not use, in the simulator.
 
     python benchmarks/live/sweep.py [--seeds 0-7] [--payback 1,2,3] [--restart-cost 24.8] [--start-cost 1.2]
+        [--no-start-wider]
 
 Each seed draws a 32-job workload as `workload.py --seed N` does (seed 0 is the committed live one;
 seeds 1-7 take the Pollux artifact's other workloads, so they are held out from the live run) and runs
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-cost", type=float, default=24.8)
     parser.add_argument("--start-cost", type=float, default=1.2)
     parser.add_argument("--jobs", type=int, default=32)
+    parser.add_argument("--start-wider", action=argparse.BooleanOptionalAction, default=simulate.DAEMON["start_wider"],
+                        help="an elastic job alone in the queue starts at up to a node's free GPUs (the daemon's "
+                             "[elastic] start_wider; default: the shipped setting)")
     args = parser.parse_args(argv)
     try:
         factors = [float(f) for f in args.payback.split(",") if f.strip()]
@@ -50,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if not factors or min(factors) < 0 or args.restart_cost < 0 or args.start_cost < 0 or args.jobs < 1:
         parser.error("--payback factors, costs and --jobs must be >= 0 (jobs >= 1)")
     seeds = seeds_of(args.seeds)
+    simulate.DAEMON["start_wider"] = args.start_wider
     change: dict[tuple[str, float], dict[int, float]] = {}
     print("| seed | plain | " + " | ".join(f"{arm} @{f:g}" for f in factors for arm in ("drf", "dl2")) + " |")
     print("|---" * (2 + 2 * len(factors)) + "|")

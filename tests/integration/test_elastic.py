@@ -147,6 +147,31 @@ def test_an_elastic_job_starts_at_the_gpus_that_are_free_inside_its_range(elasti
         cluster.exec("slurmctld", "scancel", *(str(i) for i in [*blockers, *ids]))
 
 
+def test_an_elastic_job_alone_in_the_queue_starts_on_a_whole_node(elastic_cluster: Cluster) -> None:
+    # [elastic] start_wider (the shipped default; off in the test cluster's file): on an idle cluster an
+    # elastic job asking 1 GPU (elastic=1:8) starts on all 4 GPUs of one node, its count set by the
+    # daemon before it ever ran (no restart), and the job itself sees four GPUs.
+    cluster = elastic_cluster
+    daemon(cluster, "stop")
+    started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", "static", "--start-wider")
+    assert started.returncode == 0, started.stderr
+    quiesce(cluster)
+    write(cluster, "/shared/elastic-wide.sh",
+          "#!/bin/bash\n#LIQUID model=resnet18 batch-size=128 elastic=1:8\n"
+          f"echo \"$SLURM_JOB_GPUS\" > {RUNS}/$SLURM_JOB_ID.gpus\nsleep 60\n")
+    job_id = sbatch(cluster, "alice", "--gres=gpu:1", "--requeue", "/shared/elastic-wide.sh")[0]
+    try:
+        job = wait_for("the elastic job to start", lambda: (lambda j: j if j.is_running else None)(
+            cluster.client.job(job_id)), timeout=60, every=1, explain=lambda: snapshot(cluster))
+        assert (job.gpus, len(job.nodes), job.restarts) == (4, 1, 0), job
+        assert Record.parse(job.comment).get("started") == "4of1", job.comment
+        seen = wait_for("the job to write what it sees", lambda: (lambda p: p.stdout.strip() or None)(
+            cluster.exec("slurmctld", "cat", f"{RUNS}/{job_id}.gpus")), timeout=30)
+        assert len(seen.split(",")) == 4, seen
+    finally:
+        cluster.exec("slurmctld", "scancel", str(job_id))
+
+
 def test_a_daemon_killed_mid_resize_leaves_no_job_held(elastic_cluster: Cluster) -> None:
     cluster = elastic_cluster
     daemon(cluster, "stop")
