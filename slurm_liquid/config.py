@@ -74,7 +74,7 @@ class ElasticConfig:
     payback: float = 2.0
     # An elastic job that is the only GPU job waiting starts at up to one node's free GPUs inside its
     # range instead of its ask: set before it ever runs, the width costs no restart, where growing it
-    # later costs one. About 11 points of average JCT on held-out live-replay workloads (benchmarks/live).
+    # later costs one: 7% -> 17% below plain Slurm on held-out live-replay workloads (benchmarks/live).
     start_wider: bool = True
     progress_dir: str = "/shared/slurm-liquid/progress"   # world-writable + sticky, on a shared file system
     journal: str = "/var/lib/slurm-liquid/journal.sqlite"

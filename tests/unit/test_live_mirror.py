@@ -85,3 +85,23 @@ def test_the_mirror_runs_the_smoke_workload_in_every_arm(mirror) -> None:
         assert result["jobs"] == len(workload["jobs"]) and result["avg_jct_s"] > 0, arm
         if arm in ("plain", "liquid"):
             assert result["restarts"] == 0
+
+
+def test_the_sweep_moves_arrivals_by_at_most_the_jitter_and_keeps_their_order() -> None:
+    spec = importlib.util.spec_from_file_location("live_sweep", LIVE / "sweep.py")
+    sweep = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(sweep)
+    finally:
+        sys.path[:] = [p for p in sys.path if p != str(LIVE)]
+    workload = {"seed": 0, "jobs": [{"name": f"j{i}", "arrival_s": 10.0 * i} for i in range(6)]}
+    assert sweep.jittered(workload, 0.0, 1, 0) == [workload]
+    draws = sweep.jittered(workload, 2.0, 3, 7)
+    assert len(draws) == 3 and draws == sweep.jittered(workload, 2.0, 3, 7)        # seeded
+    assert draws[0] != draws[1]
+    asked = {j["name"]: j["arrival_s"] for j in workload["jobs"]}
+    for draw in draws:
+        arrivals = [j["arrival_s"] for j in draw["jobs"]]
+        assert arrivals == sorted(arrivals) and min(arrivals) >= 0.0
+        assert all(abs(j["arrival_s"] - asked[j["name"]]) <= 2.0 for j in draw["jobs"])
+    assert workload["jobs"][1]["arrival_s"] == 10.0                                  # the original is kept
