@@ -102,12 +102,12 @@ class Live:
                 raise SystemExit(f"run: jobs of alice/bob still in the queue {timeout:.0f} s after scancel")
             time.sleep(3)
 
-    def restart_daemon(self, policy: str) -> None:
+    def restart_daemon(self, policy: str, payback: float = PAYBACK) -> None:
         self.exec("entrypoint.sh", "daemon-stop", check=False)
-        # The shipped payback (a change must save its restart twice over) and start rule, whatever the
-        # test cluster's file says.
+        # The shipped payback (a change must save its restart twice over), or the one asked for, and the
+        # shipped start rule, whatever the test cluster's file says.
         wider = "--start-wider" if START_WIDER else "--no-start-wider"
-        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", f"{PAYBACK:g}", wider,
+        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", f"{payback:g}", wider,
                   timeout=60)
 
 
@@ -158,14 +158,14 @@ def submit(live: Live, arm: str, job: dict, argv: list[str], attempts: int = 3) 
     raise AssertionError("unreachable")
 
 
-def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float) -> dict:
+def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float, payback: float = PAYBACK) -> dict:
     jobs = (smoke_workload(workload) if smoke else workload)["jobs"]
     steps = {j["name"]: j["steps"] for j in jobs}
     say(f"arm {arm}: draining the queue, cleaning {BASE}/{arm}, daemon --policy {POLICY[arm]}")
     live.exec("entrypoint.sh", "daemon-stop", check=False)
     live.drain()
     argvs = prepare(live, arm, jobs, steps)
-    live.restart_daemon(POLICY[arm])
+    live.restart_daemon(POLICY[arm], payback)
     order = sorted(jobs, key=lambda j: j["arrival_s"])
     ids: dict[str, int] = {}
     t0 = time.time()
@@ -201,7 +201,7 @@ def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float) -
         live.drain()
     live.exec("entrypoint.sh", "daemon-stop", check=False)
     result = measure(live, arm, order, ids, t0, steps)
-    result.update(complete=complete, smoke=smoke, timeout_s=timeout)
+    result.update(complete=complete, smoke=smoke, timeout_s=timeout, payback=payback)
     return result
 
 
@@ -299,7 +299,7 @@ def remeasure(live: Live, out: Path, workload: dict) -> None:
     steps = {j["name"]: j.get("steps", 0) for j in old["jobs"]}
     order = [j for j in sorted(workload["jobs"], key=lambda j: j["arrival_s"]) if j["name"] in steps]
     result = measure(live, old["arm"], order, ids, old["started_at"], steps)
-    result.update({k: old[k] for k in ("complete", "smoke", "timeout_s", "wall_s") if k in old})
+    result.update({k: old[k] for k in ("complete", "smoke", "timeout_s", "wall_s", "payback") if k in old})
     out.write_text(json.dumps(result, indent=1) + "\n")
     say(f"arm {old['arm']}: measured again -> {out}")
 
@@ -313,7 +313,9 @@ def summary(out_dir: Path) -> str:
             continue
         r = json.loads(path.read_text())
         cost = r["restart_cost_s"]
-        rows.append(f"| {arm}{' (smoke)' if r.get('smoke') else ''}{'' if r.get('complete') else ' (INCOMPLETE)'} "
+        payback = r.get("payback", PAYBACK)
+        rows.append(f"| {arm}{' (smoke)' if r.get('smoke') else ''}{'' if r.get('complete') else ' (INCOMPLETE)'}"
+                    f"{f' (payback {payback:g})' if POLICY[arm] != 'static' and payback != PAYBACK else ''} "
                     f"| {r['jobs_completed']}/{r['jobs_total']} | {r['avg_jct_s']} | {r['makespan_s']} "
                     f"| {r['gpu_busy_fraction']} | {r['resizes']} | {r['restarts']} "
                     f"| {cost['mean']} (n={cost['n']}) |")
@@ -329,6 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the first 4 jobs at half their steps")
     parser.add_argument("--timeout", type=float, help="seconds per arm (default 1500; --smoke 480)")
     parser.add_argument("--force", action="store_true", help="run arms whose result file exists already")
+    parser.add_argument("--payback", type=float, default=PAYBACK, metavar="F",
+                        help=f"the daemon's [elastic] payback for the elastic arms (default: the shipped {PAYBACK:g}; "
+                             "0: every change the policy asks for, unweighed, as the DL2 paper's arms run)")
     parser.add_argument("--remeasure", action="store_true",
                         help="run nothing: read sacct and the trainers' output again for the jobs of the "
                              "existing result files (while the cluster still has them)")
@@ -342,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         assert isinstance(workload.get("jobs"), list) and workload["jobs"]
     except (OSError, ValueError, AssertionError) as exc:
         parser.error(f"--workload {args.workload}: not a workload file from workload.py ({exc})")
+    if not 0 <= args.payback <= 100:
+        parser.error(f"--payback {args.payback:g}: give a factor from 0 to 100")
     timeout = args.timeout or (480.0 if args.smoke else 1500.0)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     live = Live(args.suite)
@@ -356,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"arm {arm}: {out} exists, skipped (--force reruns it)")
             continue
         t = time.monotonic()
-        result = run_arm(live, arm, workload, args.smoke, timeout)
+        result = run_arm(live, arm, workload, args.smoke, timeout, args.payback)
         result["wall_s"] = round(time.monotonic() - t, 1)
         out.write_text(json.dumps(result, indent=1) + "\n")
         ok &= bool(result.get("complete"))

@@ -207,6 +207,18 @@ def measured_costs(runs: Path) -> tuple[float | None, float | None]:
     return (statistics.fmean(restarts) if restarts else None), (statistics.fmean(starts) if starts else None)
 
 
+def recorded_payback(runs: Path) -> float:
+    """The payback the live elastic arms in `runs` ran with (`run.py --payback`; results written before
+    the option: the shipped one, which run.py always gave)."""
+    for arm in ("drf", "dl2"):
+        path = runs / f"{arm}.json"
+        if path.exists():
+            value = json.loads(path.read_text()).get("payback")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+    return Config().elastic.payback
+
+
 def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, start_cost: float | None = None
              ) -> dict:
     policy_name, placer_name, interval = SETUP[arm]
@@ -234,6 +246,7 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
     MirrorLoop(policy, place, speed, suspends=False, payback=DAEMON["payback"] if speed is not None else 0.0).run(backend)
     result = sim.result(policy.name)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
+            "payback": DAEMON["payback"] if speed is not None else None,
             "restart_cost_s": round(restart_cost, 1), "start_cost_s": round(start, 1), "speed": speed_kind, "jobs": len(result.jcts),
             "avg_jct_s": round(result.avg_jct_s, 1), "makespan_s": round(result.makespan_s, 1),
             "gpu_busy_fraction": round(result.gpu_utilisation, 3), "restarts": result.restarts,
@@ -253,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="what DRF/DL2 know of speed: measured = the speed room on the jobs' reports, as the "
                              "daemon (default); oracle = the true curves")
     parser.add_argument("--smoke", action="store_true", help="the smoke workload (run.py --smoke): 4 jobs, half steps")
+    parser.add_argument("--payback", type=float, metavar="F",
+                        help="the daemon's [elastic] payback for drf/dl2 (default: what the live runs in --runs "
+                             "ran with, run.py --payback; else the shipped one)")
     parser.add_argument("--out", type=Path, help="write the simulated results here as JSON")
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -271,9 +287,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no restart cost measured in {args.runs}; pass --restart-cost SECONDS")
     if cost < 0 or (start is not None and start < 0):
         parser.error("--restart-cost and --start-cost must be >= 0")
+    payback = args.payback if args.payback is not None else recorded_payback(args.runs)
+    if not 0 <= payback <= 100:
+        parser.error(f"--payback {payback:g}: give a factor from 0 to 100")
+    DAEMON["payback"] = payback
     results = {arm: simulate(workload, arm, cost, args.speed, start) for arm in arms}
     print(f"restart cost {cost:.1f} s, first start {cost if start is None else start:.1f} s, "
-          f"DL2/DRF speed model: {args.speed}")
+          f"DL2/DRF speed model: {args.speed}, payback {payback:g}")
     print("| arm | simulated avg JCT (s) | live avg JCT (s) | gap | sim makespan (s) | sim GPU-busy | sim restarts |")
     print("|---|---|---|---|---|---|---|")
     for arm, sim in results.items():

@@ -44,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=config_module.ELASTIC_POLICIES, default=None,
                         help="override [elastic] policy")
     parser.add_argument("--payback", type=float, default=None, metavar="F",
-                        help="override [elastic] payback (0: grow jobs without weighing the restart)")
+                        help="override [elastic] payback (0: every change the policy asks for, "
+                             "without weighing the restart)")
     parser.add_argument("--start-wider", action=argparse.BooleanOptionalAction, default=None,
                         help="override [elastic] start_wider (an elastic job alone in the queue starts at up to "
                              "one node's free GPUs)")
