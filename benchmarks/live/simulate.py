@@ -207,21 +207,21 @@ def measured_costs(runs: Path) -> tuple[float | None, float | None]:
     return (statistics.fmean(restarts) if restarts else None), (statistics.fmean(starts) if starts else None)
 
 
-def recorded_payback(runs: Path) -> float:
-    """The payback the live elastic arms in `runs` ran with (`run.py --payback`; results written before
-    the option: the shipped one, which run.py always gave)."""
-    for arm in ("drf", "dl2"):
-        path = runs / f"{arm}.json"
-        if path.exists():
-            value = json.loads(path.read_text()).get("payback")
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value)
+def recorded_payback(runs: Path, arm: str) -> float:
+    """The payback the live `arm` in `runs` ran with (`run.py --payback`); the shipped one when it did
+    not run, or ran before the option (run.py then always gave the shipped one)."""
+    path = runs / f"{arm}.json"
+    value = json.loads(path.read_text()).get("payback") if path.exists() else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
     return Config().elastic.payback
 
 
-def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, start_cost: float | None = None
-             ) -> dict:
+def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, start_cost: float | None = None,
+             payback: float | None = None) -> dict:
+    """One arm in the mirror; `payback`: the daemon's guard for drf/dl2 (default `DAEMON["payback"]`)."""
     policy_name, placer_name, interval = SETUP[arm]
+    payback = DAEMON["payback"] if payback is None else payback
     config = ClusterConfig(nodes=4, gpus_per_node=4, interval=interval, restart_penalty=restart_cost,
                            elastic=arm not in ("plain", "liquid"), walltime_factor=0.0, nodes_per_switch=2)
     config, placer = make_placer(placer_name, config)
@@ -243,10 +243,10 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
             speed = MeasuredSpeedModel(config.gpus_per_node)
         policy = DaemonMirror(make_policy(policy_name, speed), DAEMON["slot_s"], DAEMON["min_change_interval_s"],
                               DAEMON["max_changes_per_hour"], DAEMON["start_wider"])
-    MirrorLoop(policy, place, speed, suspends=False, payback=DAEMON["payback"] if speed is not None else 0.0).run(backend)
+    MirrorLoop(policy, place, speed, suspends=False, payback=payback if speed is not None else 0.0).run(backend)
     result = sim.result(policy.name)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
-            "payback": DAEMON["payback"] if speed is not None else None,
+            "payback": payback if speed is not None else None,
             "restart_cost_s": round(restart_cost, 1), "start_cost_s": round(start, 1), "speed": speed_kind, "jobs": len(result.jcts),
             "avg_jct_s": round(result.avg_jct_s, 1), "makespan_s": round(result.makespan_s, 1),
             "gpu_busy_fraction": round(result.gpu_utilisation, 3), "restarts": result.restarts,
@@ -267,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                              "daemon (default); oracle = the true curves")
     parser.add_argument("--smoke", action="store_true", help="the smoke workload (run.py --smoke): 4 jobs, half steps")
     parser.add_argument("--payback", type=float, metavar="F",
-                        help="the daemon's [elastic] payback for drf/dl2 (default: what the live runs in --runs "
-                             "ran with, run.py --payback; else the shipped one)")
+                        help="the daemon's [elastic] payback for drf/dl2 (default: what each arm's live run in "
+                             "--runs ran with, run.py --payback; else the shipped one)")
     parser.add_argument("--out", type=Path, help="write the simulated results here as JSON")
     args = parser.parse_args(argv)
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -287,13 +287,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no restart cost measured in {args.runs}; pass --restart-cost SECONDS")
     if cost < 0 or (start is not None and start < 0):
         parser.error("--restart-cost and --start-cost must be >= 0")
-    payback = args.payback if args.payback is not None else recorded_payback(args.runs)
-    if not 0 <= payback <= 100:
-        parser.error(f"--payback {payback:g}: give a factor from 0 to 100")
-    DAEMON["payback"] = payback
-    results = {arm: simulate(workload, arm, cost, args.speed, start) for arm in arms}
+    if args.payback is not None and not 0 <= args.payback <= 100:
+        parser.error(f"--payback {args.payback:g}: give a factor from 0 to 100")
+    paybacks = {arm: args.payback if args.payback is not None else recorded_payback(args.runs, arm) for arm in arms}
+    results = {arm: simulate(workload, arm, cost, args.speed, start, paybacks[arm]) for arm in arms}
+    guards = ", ".join(f"{arm} {paybacks[arm]:g}" for arm in arms if SETUP[arm][0] != "fifo")
     print(f"restart cost {cost:.1f} s, first start {cost if start is None else start:.1f} s, "
-          f"DL2/DRF speed model: {args.speed}, payback {payback:g}")
+          f"DL2/DRF speed model: {args.speed}" + (f", payback: {guards}" if guards else ""))
     print("| arm | simulated avg JCT (s) | live avg JCT (s) | gap | sim makespan (s) | sim GPU-busy | sim restarts |")
     print("|---|---|---|---|---|---|---|")
     for arm, sim in results.items():

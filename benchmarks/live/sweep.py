@@ -87,9 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                   for w in workloads]
         cells = []
         for factor in factors:
-            simulate.DAEMON["payback"] = factor
             for arm in ("drf", "dl2"):
-                jcts = [simulate.simulate(w, arm, args.restart_cost, "measured", args.start_cost)["avg_jct_s"]
+                jcts = [simulate.simulate(w, arm, args.restart_cost, "measured", args.start_cost, factor)["avg_jct_s"]
                         for w in workloads]
                 mean = statistics.fmean((j - p) / p for j, p in zip(jcts, plains))
                 change.setdefault((arm, factor), {})[seed] = mean

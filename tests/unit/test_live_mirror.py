@@ -87,22 +87,22 @@ def test_the_mirror_runs_the_smoke_workload_in_every_arm(mirror) -> None:
             assert result["restarts"] == 0
 
 
-def test_the_mirror_runs_the_payback_the_live_runs_had(mirror, tmp_path, monkeypatch) -> None:
+def test_the_mirror_runs_the_payback_each_live_arm_had(mirror, tmp_path) -> None:
     import json
 
     shipped = mirror.Config().elastic.payback
-    assert mirror.recorded_payback(tmp_path) == shipped                       # no results: the shipped one
+    assert mirror.recorded_payback(tmp_path, "drf") == shipped                # no result: the shipped one
     (tmp_path / "drf.json").write_text(json.dumps({"arm": "drf"}))           # written before run.py --payback
-    assert mirror.recorded_payback(tmp_path) == shipped
     (tmp_path / "dl2.json").write_text(json.dumps({"arm": "dl2", "payback": 0}))
-    assert mirror.recorded_payback(tmp_path) == 0.0
+    assert mirror.recorded_payback(tmp_path, "drf") == shipped
+    assert mirror.recorded_payback(tmp_path, "dl2") == 0.0
     # The guard is what keeps DRF from resizing at every slot: without it, DRF requeues its jobs many
     # times more on the seed-0 workload (the DL2 policy prices restarts itself).
     workload = json.loads((LIVE / "workload-seed0.json").read_text())
     restarts = {}
     for payback in (0.0, shipped):
-        monkeypatch.setitem(mirror.DAEMON, "payback", payback)
-        result = mirror.simulate(workload, "drf", restart_cost=20.0, speed_kind="measured", start_cost=1.0)
+        result = mirror.simulate(workload, "drf", restart_cost=20.0, speed_kind="measured", start_cost=1.0,
+                                 payback=payback)
         assert result["payback"] == payback
         restarts[payback] = result["restarts"]
     assert restarts[0.0] > 4 * max(restarts[shipped], 1)
