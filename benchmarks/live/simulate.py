@@ -243,7 +243,8 @@ def simulate(workload: dict, arm: str, restart_cost: float, speed_kind: str, sta
             speed = MeasuredSpeedModel(config.gpus_per_node)
         policy = DaemonMirror(make_policy(policy_name, speed), DAEMON["slot_s"], DAEMON["min_change_interval_s"],
                               DAEMON["max_changes_per_hour"], DAEMON["start_wider"])
-    MirrorLoop(policy, place, speed, suspends=False, payback=payback if speed is not None else 0.0).run(backend)
+    MirrorLoop(policy, place, speed, suspends=False, payback=payback if speed is not None else 0.0,
+               weigh_placed=speed is not None).run(backend)
     result = sim.result(policy.name)
     return {"arm": arm, "policy": policy_name, "placer": placer_name, "interval_s": interval,
             "payback": payback if speed is not None else None,

@@ -127,7 +127,7 @@ class Adjuster:
             made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
             place = PlaceStage(self.placer, Shape.UNIFORM, usable=self._usable)
             self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies,
-                              payback=self.config.elastic.payback)
+                              payback=self.config.elastic.payback, weigh_placed=True)
         return self._loop
 
     @property
@@ -187,6 +187,9 @@ class Adjuster:
             report.decided[job_id] = counts.get(key, held)
             if job_id in busy:
                 report.skipped[job_id] = "a resize is in progress"
+                continue
+            if key in done.kept:
+                report.skipped[job_id] = done.kept[key]
                 continue
             if key not in counts:
                 continue

@@ -49,6 +49,7 @@ class Round:
     decision: Decision
     actions: list[Action] = field(default_factory=list)
     bounded: dict[str, int] = field(default_factory=dict)   # job -> the width its speed is known up to
+    kept: dict[str, str] = field(default_factory=dict)      # job -> why its placed move was not made
 
 
 @dataclass
@@ -66,6 +67,11 @@ class Loop:
     # saves it on its remaining steps is at least `payback` x the restart penalty (0: no such check;
     # the reference runs of the simulator).
     payback: float = 0.0
+    # Each resize of a running job is weighed again on the nodes the place stage found for it, not only
+    # on the fewest nodes its count needs: a growth to 4 GPUs while no node has 4 free lands on 2 + 2,
+    # which a job with a costly cross-node sync runs slower than the 2 on one node it holds. False: the
+    # simulator's reference runs (the artifact's policies and placements as published).
+    weigh_placed: bool = False
     report_errors: int = 0   # reports the speed model refused by raising (counted, logged, skipped)
 
     def observe(self, backend: Backend) -> ClusterView | None:
@@ -147,11 +153,52 @@ class Loop:
             return True
         return saved >= self.payback * view.restart_penalty_s
 
+    def placed_losses(self, view: ClusterView, actions: Iterable[Action]) -> dict[str, str]:
+        """The resizes of running jobs that lose on the nodes they were placed on, each with why: a
+        growth the placed shape makes no faster than what the job holds, or (with `payback`) a change
+        whose saving on the placed shape is under `payback` x the restart penalty. Only moves whose new
+        or current shape spans more nodes than its count needs are weighed here; `allocate` priced the
+        others. Needs a speed model that prices a shape (`placed_iteration_time`); otherwise none."""
+        timed = getattr(self.speed, "placed_iteration_time", None)
+        if timed is None:
+            return {}
+        jobs = {j.id: j for j in view.jobs}
+        widest = max((n.gpus for n in view.nodes), default=1)
+        losses: dict[str, str] = {}
+        for action in actions:
+            job = jobs.get(action.job)
+            if job is None or not job.allocation or not action.allocation:
+                continue
+            now = [g for _, g in job.allocation if g > 0]
+            new = [g for _, g in action.allocation if g > 0]
+            if len(new) <= -(-sum(new) // widest) and len(now) <= -(-sum(now) // widest):
+                continue
+            try:
+                before, after = timed(job, now), timed(job, new)
+                saved = self.speed.remaining_iterations(job) * (before - after) if self.payback else 0.0
+            except Exception:  # noqa: BLE001 -- a model that cannot answer for this job does not block it
+                log.warning("job %s: no speed estimate for its placed shape; allowed", job.id, exc_info=True)
+                continue
+            shape = f"{sum(new)} GPUs on {len(new)} node{'s' * (len(new) > 1)}"
+            if sum(new) > sum(now) and after >= before:
+                losses[job.id] = f"{shape} run no faster than {sum(now)} on {len(now)} now"
+            elif self.payback and saved < self.payback * view.restart_penalty_s:
+                losses[job.id] = f"{shape} save {saved:.0f} s, under {self.payback:g} x its restart"
+        return losses
+
     def decide(self, view: ClusterView) -> Round:
-        """admit -> allocate -> place on one observed view; applies nothing."""
+        """admit -> allocate -> place on one observed view; applies nothing. With `weigh_placed`, a move
+        that loses on the nodes it was placed on is dropped and the rest placed again (each pass drops
+        at least one move, so it ends)."""
         bounded_view, bounded = self.admit(view)
         decision = self.allocate(bounded_view)
-        return Round(view, decision, self.place.place(view, decision, self.suspends), bounded)
+        actions = self.place.place(view, decision, self.suspends)
+        kept: dict[str, str] = {}
+        while self.weigh_placed and (lost := self.placed_losses(view, actions)):
+            kept.update(lost)
+            decision = Decision(tuple(m for m in decision.moves if m[0] not in kept))
+            actions = self.place.place(view, decision, self.suspends)
+        return Round(view, decision, actions, bounded, kept)
 
     def turn(self, backend: Backend) -> Round | None:
         """One round; None when the back end has nothing more to schedule."""

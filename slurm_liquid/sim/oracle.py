@@ -7,6 +7,7 @@ it. Answers are memoized per (application, batch, GPUs).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Sequence
 
 from slurm_liquid.policy.base import JobView
 from slurm_liquid.sim.apps import AppModel, load_app
@@ -24,6 +25,12 @@ def _iteration_time(app: AppModel, batch: int, gpus: int, gpus_per_node: int) ->
     # initial batch size; kept because the published Optimus numbers depend on it.
     config = app.batch_config(batch, gpus, force_accum=gpus == 1)
     return app.iteration_time(packed(gpus, gpus_per_node), config)
+
+
+@lru_cache(maxsize=None)
+def _placed_time(app: AppModel, batch: int, placement: tuple[int, ...]) -> float:
+    config = app.batch_config(batch, sum(placement), force_accum=sum(placement) == 1)
+    return app.iteration_time(placement, config)
 
 
 @lru_cache(maxsize=None)
@@ -58,6 +65,15 @@ class OracleSpeedModel:
         if self.batch_scaling:
             return _progress_time(load_app(job.app), job.epoch, gpus, self.gpus_per_node)
         return _iteration_time(load_app(job.app), int(job.batch_size), gpus, self.gpus_per_node)
+
+    def placed_iteration_time(self, job: JobView, placement: Sequence[int]) -> float:
+        """Seconds per step on GPUs spread as `placement` (GPUs on each node), at the job's batch."""
+        shape = tuple(sorted((int(g) for g in placement if g > 0), reverse=True)) or (1,)
+        app = load_app(job.app)
+        if self.batch_scaling:
+            config = app.goodput_config(shape, job.epoch)
+            return app.iteration_time(shape, config) / app.gain(config.batch, job.epoch)
+        return _placed_time(app, int(job.batch_size), shape)
 
     def remaining_iterations(self, job: JobView) -> float:
         app = load_app(job.app)

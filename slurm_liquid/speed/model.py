@@ -18,7 +18,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -350,10 +350,17 @@ class MeasuredSpeedModel:
 
     def iteration_time(self, job: JobView, gpus: int) -> float:
         """Seconds per step of `job` at its batch on `gpus` GPUs packed onto whole nodes."""
-        params = self.params(job)
-        batch = self._batch(self._jobs[job.id]) or 1
         g = max(int(gpus), 1)
-        return params.step_time(g, -(-g // self.gpus_per_node), batch)
+        return self._step_time(job, g, -(-g // self.gpus_per_node))
+
+    def placed_iteration_time(self, job: JobView, placement: Sequence[int]) -> float:
+        """Seconds per step of `job` at its batch on GPUs spread as `placement` (GPUs on each node)."""
+        used = [int(g) for g in placement if g > 0]
+        return self._step_time(job, max(sum(used), 1), max(len(used), 1))
+
+    def _step_time(self, job: JobView, gpus: int, nodes: int) -> float:
+        params = self.params(job)
+        return params.step_time(gpus, nodes, self._batch(self._jobs[job.id]) or 1)
 
     def remaining_iterations(self, job: JobView) -> float:
         """Steps left: the job's latest report of step and total, else the prior's guess."""

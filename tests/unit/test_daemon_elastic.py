@@ -15,6 +15,7 @@ from unittest.mock import create_autospec
 import pytest
 
 import slurm_liquid.policy
+import slurm_liquid.speed
 from slurm_liquid.config import Config, parse
 from slurm_liquid.ledger.placed import format_placed, parse_placed
 from slurm_liquid.daemon.elastic import Adjuster, SlotReport, elastic_jobs
@@ -562,3 +563,36 @@ def test_a_daemon_killed_between_the_two_transactions_closes_the_planned_resizes
     assert sorted(report.reconciled) == [6, 7]
     assert [p for _, p in on_disk(path)] == ["failed", "failed"]
     assert changed_jobs(restarted) == set()
+
+
+class CrossNode(slurm_liquid.speed.MeasuredSpeedModel):
+    """Linear in GPUs on one node; `sync` x slower on every step once a job spans nodes."""
+
+    def __init__(self, sync: float):
+        super().__init__(4)
+        self.sync = sync
+
+    def placed_iteration_time(self, job, placement):
+        used = [g for g in placement if g > 0]
+        return (self.sync if len(used) > 1 else 1.0) / sum(used)
+
+
+@pytest.mark.parametrize("sync, grows", [(3.0, False), (1.2, True)])
+def test_a_growth_is_weighed_on_the_nodes_it_was_placed_on(monkeypatch, sync: float, grows: bool) -> None:
+    # Job 7 holds 2 GPUs of gpu01; every node has 2 GPUs free, so 4 GPUs can only be 2 + 2 on two nodes.
+    # Where a cross-node sync makes 2 + 2 slower than the 2 it has, the growth is not made, and the
+    # slot says why; where 2 + 2 is still faster, it is.
+    monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args: FixedPolicy(4))
+    rigid = [running(i, {f"gpu0{i}": 2}, "model=bert-large") for i in (2, 3, 4)] + [running(5, {"gpu01": 2}, "model=bert-large")]
+    jobs = [running(7, {"gpu01": 2}), *rigid]
+    client = slurm(jobs)
+    follow(client, jobs)
+    work = Adjuster(client, config(), TOPOLOGY, Journal(":memory:", now=lambda: NOW),
+                    progress=lambda job: {"checkpoint_time": NOW}, now=lambda: NOW, speed=CrossNode(sync))
+    report = work.run_slot()
+    work.resizer.step()
+    if grows:
+        assert sorted(resized_to(client).values()) == [2, 2] and 7 not in report.skipped
+    else:
+        assert report.skipped[7] == "4 GPUs on 2 nodes run no faster than 2 on 1 now"
+        assert changed_jobs(client) == set()

@@ -208,3 +208,52 @@ def test_a_report_the_speed_model_chokes_on_does_not_stop_the_round() -> None:
     loop = Loop(Wants(), PlaceStage(MostFreeGreedy()), speed)
     assert loop.observe(Backend()) is not None
     assert loop.report_errors == 1 and speed.source("good").startswith("measured")
+
+
+class Synced(Linear):
+    """Linear in GPUs on one node; every step `sync` x slower once the job spans nodes."""
+
+    def __init__(self, left: float, sync: float):
+        super().__init__(left)
+        self.sync = sync
+
+    def placed_iteration_time(self, job, placement):
+        used = [g for g in placement if g > 0]
+        return (self.sync if len(used) > 1 else 1.0) / sum(used)
+
+
+def test_a_move_that_loses_on_its_placed_nodes_is_dropped_and_the_rest_placed_again() -> None:
+    # "a" holds 2 of n0; n0-n3 have 2 free each (x0-x3 hold the other 2), so 4 GPUs for "a" are 2 + 2.
+    # With a 3x cross-node sync that is slower than the 2 it has: the growth is dropped, and "w",
+    # waiting for 2, gets GPUs the dropped growth had taken in the first placement.
+    busy = tuple(JobView(f"x{i}", 0, 2, allocation=((f"n{i}", 2),)) for i in range(4))
+    grower = JobView("a", 0, 2, allocation=(("n0", 2),), max_gpus=8)
+    view = ClusterView(0.0, NODES, busy + (grower, JobView("w", 1, 6)), restart_penalty_s=30.0)
+    for suspends in (True, False):
+        place = PlaceStage(MostFreeGreedy(), Shape.UNIFORM)
+        done = Loop(Wants(("a", 4), ("w", 6)), place, Synced(1_000, 3.0), suspends=suspends, weigh_placed=True).decide(view)
+        assert done.kept == {"a": "4 GPUs on 2 nodes run no faster than 2 on 1 now"}, suspends
+        assert dict(done.decision.moves) == {"w": 6}
+        assert [a.job for a in done.actions] == ["w"] and sum(g for _, g in done.actions[0].allocation) == 6
+        # Off (the simulator's reference runs): the growth is made as placed.
+        made = Loop(Wants(("a", 4)), place, Synced(1_000, 3.0), suspends=suspends).decide(view)
+        assert made.kept == {} and [len(a.allocation) for a in made.actions] == [2]
+    # A spread that is still faster is made at payback 0, and weighed on its placed shape with one:
+    # 2 -> 2 + 2 at sync 1.2 saves 0.2 s a step: 1,000 steps save 200 s >= 30 s, 140 steps 28 s < 30 s
+    # (where 4 on one node would have saved 35 s: `allocate` lets it through, the placed shape does not).
+    for left, payback, made in ((1_000, 0.0, True), (1_000, 1.0, True), (140, 1.0, False), (140, 0.0, True)):
+        loop = Loop(Wants(("a", 4)), PlaceStage(MostFreeGreedy(), Shape.UNIFORM), Synced(left, 1.2),
+                    suspends=False, payback=payback, weigh_placed=True)
+        done = loop.decide(view)
+        assert bool(done.actions) is made and ("a" in done.kept) is not made, (left, payback)
+
+
+def test_a_shape_is_priced_by_the_speed_models_as_a_count_when_packed() -> None:
+    from slurm_liquid.sim.oracle import OracleSpeedModel
+
+    job = JobView("j", 0, 4, app="cifar10", batch_size=512, allocation=(("n0", 4),))
+    oracle, measured = OracleSpeedModel(4), MeasuredSpeedModel(4)
+    for model in (oracle, measured):
+        for gpus, shape in ((4, [4]), (8, [4, 4]), (2, [2, 0])):
+            assert model.placed_iteration_time(job, shape) == model.iteration_time(job, gpus), (model, gpus)
+        assert model.placed_iteration_time(job, [2, 2]) > model.iteration_time(job, 4)   # a cross-node sync
