@@ -1,7 +1,7 @@
 """The simulator's oracle speed model: exact answers read from the measured traces.
 
 Optimus (+Oracle) uses it as its `SpeedModel`; FIFO's wall-time limits are derived from
-it. Answers are memoized per (application, batch, GPUs).
+it. Answers are memoized per (application, batch, GPUs on each node).
 """
 
 from __future__ import annotations
@@ -20,16 +20,11 @@ def packed(gpus: int, gpus_per_node: int) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=None)
-def _iteration_time(app: AppModel, batch: int, gpus: int, gpus_per_node: int) -> float:
+def _iteration_time(app: AppModel, batch: int, placement: tuple[int, ...]) -> float:
     # The artifact's predictor forces one accumulation step on a single GPU, even at the
     # initial batch size; kept because the published Optimus numbers depend on it.
+    gpus = sum(placement)
     config = app.batch_config(batch, gpus, force_accum=gpus == 1)
-    return app.iteration_time(packed(gpus, gpus_per_node), config)
-
-
-@lru_cache(maxsize=None)
-def _placed_time(app: AppModel, batch: int, placement: tuple[int, ...]) -> float:
-    config = app.batch_config(batch, sum(placement), force_accum=sum(placement) == 1)
     return app.iteration_time(placement, config)
 
 
@@ -44,8 +39,7 @@ def isolated_runtime(app: AppModel, batch: int, gpus: int, gpus_per_node: int) -
 
 
 @lru_cache(maxsize=None)
-def _progress_time(app: AppModel, epoch: int, gpus: int, gpus_per_node: int) -> float:
-    placement = packed(gpus, gpus_per_node)
+def _progress_time(app: AppModel, epoch: int, placement: tuple[int, ...]) -> float:
     config = app.goodput_config(placement, epoch)
     return app.iteration_time(placement, config) / app.gain(config.batch, epoch)
 
@@ -62,18 +56,16 @@ class OracleSpeedModel:
         self.batch_scaling = batch_scaling
 
     def iteration_time(self, job: JobView, gpus: int) -> float:
-        if self.batch_scaling:
-            return _progress_time(load_app(job.app), job.epoch, gpus, self.gpus_per_node)
-        return _iteration_time(load_app(job.app), int(job.batch_size), gpus, self.gpus_per_node)
+        return self._time(job, packed(gpus, self.gpus_per_node))
 
     def placed_iteration_time(self, job: JobView, placement: Sequence[int]) -> float:
-        """Seconds per step on GPUs spread as `placement` (GPUs on each node), at the job's batch."""
-        shape = tuple(sorted((int(g) for g in placement if g > 0), reverse=True)) or (1,)
-        app = load_app(job.app)
+        """Seconds per step on GPUs spread as `placement` (GPUs on each node)."""
+        return self._time(job, tuple(sorted((int(g) for g in placement if g > 0), reverse=True)) or (1,))
+
+    def _time(self, job: JobView, placement: tuple[int, ...]) -> float:
         if self.batch_scaling:
-            config = app.goodput_config(shape, job.epoch)
-            return app.iteration_time(shape, config) / app.gain(config.batch, job.epoch)
-        return _placed_time(app, int(job.batch_size), shape)
+            return _progress_time(load_app(job.app), job.epoch, placement)
+        return _iteration_time(load_app(job.app), int(job.batch_size), placement)
 
     def remaining_iterations(self, job: JobView) -> float:
         app = load_app(job.app)
