@@ -72,6 +72,9 @@ class Loop:
     # which a job with a costly cross-node sync runs slower than the 2 on one node it holds. False: the
     # simulator's reference runs (the artifact's policies and placements as published).
     weigh_placed: bool = False
+    # Dropping a move places the others again, which may put another on a shape that loses in turn:
+    # after this many passes the round resizes no running job (it still starts new ones).
+    placed_passes: int = 4
     report_errors: int = 0   # reports the speed model refused by raising (counted, logged, skipped)
 
     def observe(self, backend: Backend) -> ClusterView | None:
@@ -187,17 +190,23 @@ class Loop:
         return losses
 
     def decide(self, view: ClusterView) -> Round:
-        """admit -> allocate -> place on one observed view; applies nothing. With `weigh_placed`, a move
-        that loses on the nodes it was placed on is dropped and the rest placed again (each pass drops
-        at least one move, so it ends)."""
+        """admit -> allocate -> place on one observed view; applies nothing. With `weigh_placed`, the
+        moves that lose on the nodes they were placed on are dropped and the rest placed again, at most
+        `placed_passes` times; then, if some still lose, every resize of a running job is dropped."""
         bounded_view, bounded = self.admit(view)
         decision = self.allocate(bounded_view)
         actions = self.place.place(view, decision, self.suspends)
         kept: dict[str, str] = {}
+        passes = 0
         while self.weigh_placed and (lost := self.placed_losses(view, actions)):
+            if passes == self.placed_passes:
+                running = {j.id for j in view.jobs if j.allocation}
+                lost = {job: f"placements did not settle in {passes} passes" for job, _ in decision.moves
+                        if job in running and job not in lost} | lost
             kept.update(lost)
             decision = Decision(tuple(m for m in decision.moves if m[0] not in kept))
             actions = self.place.place(view, decision, self.suspends)
+            passes += 1
         return Round(view, decision, actions, bounded, kept)
 
     def turn(self, backend: Backend) -> Round | None:

@@ -257,3 +257,24 @@ def test_a_shape_is_priced_by_the_speed_models_as_a_count_when_packed() -> None:
         for gpus, shape in ((4, [4]), (8, [4, 4]), (2, [2, 0])):
             assert model.placed_iteration_time(job, shape) == model.iteration_time(job, gpus), (model, gpus)
         assert model.placed_iteration_time(job, [2, 2]) > model.iteration_time(job, 4)   # a cross-node sync
+
+
+def test_placements_that_do_not_settle_leave_the_running_jobs_as_they_are() -> None:
+    # "a" loses on 2 + 2 (as above); "b", elastic on n1, shrinks to 1 on its own node, which is priced
+    # as placed. After `placed_passes` re-placements that still find a loser, no running job is resized.
+    busy = tuple(JobView(f"x{i}", 0, 2, allocation=((f"n{i}", 2),)) for i in (0, 2, 3))
+    b = JobView("b", 0, 2, allocation=(("n1", 2),), min_gpus=1, max_gpus=4)
+    a = JobView("a", 0, 2, allocation=(("n0", 2),), max_gpus=8)
+    view = ClusterView(0.0, NODES, busy + (b, a, JobView("w", 1, 1)))
+
+    def decide(passes: int):
+        return Loop(Wants(("a", 4), ("b", 1), ("w", 1)), PlaceStage(MostFreeGreedy(), Shape.UNIFORM),
+                    Synced(1_000, 3.0), suspends=False, weigh_placed=True, placed_passes=passes).decide(view)
+
+    settled = decide(4)
+    assert settled.kept == {"a": "4 GPUs on 2 nodes run no faster than 2 on 1 now"}
+    assert sorted(act.job for act in settled.actions) == ["b", "w"]
+    cut = decide(0)
+    assert cut.kept == {"a": "4 GPUs on 2 nodes run no faster than 2 on 1 now",
+                        "b": "placements did not settle in 0 passes"}
+    assert [act.job for act in cut.actions] == ["w"]    # a waiting job still starts
