@@ -166,7 +166,8 @@ class Loop:
         if timed is None:
             return {}
         jobs = {j.id: j for j in view.jobs}
-        widest = max((n.gpus for n in view.nodes), default=1)
+        # the node size `allocate` priced a count at (a view's node may show fewer: what jobs leave)
+        widest = getattr(self.speed, "gpus_per_node", None) or max((n.gpus for n in view.nodes), default=1)
         losses: dict[str, str] = {}
         for action in actions:
             job = jobs.get(action.job)
