@@ -23,7 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("slurm_liquid.estimate.cli", "estimate what a DL job needs (GPUs, memory, CPUs)"),
     "place": ("slurm_liquid.placement.cli", "place GPU jobs on a switch topology"),
     "simulate": ("slurm_liquid.sim.cli", "run the trace-driven scheduling simulator"),
-    "policy": ("slurm_liquid.policy.dl2.cli", "train and inspect the DL2 scheduling policy"),
+    "policy": ("slurm_liquid.training.cli", "train and inspect the DL2 scheduling policy"),
     "sbatch": ("slurm_liquid.admission.sbatch", "sbatch with --liquid-KEY VALUE job-spec flags"),
     "submit-filter": ("slurm_liquid.admission.filter", "the helper cli_filter.lua runs in every sbatch"),
     "daemon": ("slurm_liquid.daemon.cli", "hold, place and release opted-in jobs (runs beside slurmctld)"),

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.ledger.limits import MAX_LEASE_S
+from slurm_liquid.policy.registry import ELASTIC_POLICIES  # the one list of policy names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +27,6 @@ DEFAULT_PATH = Path("/etc/slurm/liquid.toml")
 SUBMIT_MODES = ("off", "advise", "adjust")
 DAEMON_MODES = ("off", "shadow", "enforce")
 PLACERS = ("liquid", "ga", "auto")
-ELASTIC_POLICIES = ("dl2", "optimus", "drf", "static")
 AGENT_RECORDS = ("sacct", "log", "off")
 
 
@@ -63,15 +63,20 @@ class ElasticConfig:
     """Resizing running elastic jobs (`#LIQUID elastic=MIN:MAX`) every slot, in the daemon's mode."""
 
     policy: str = "dl2"                # dl2, optimus, drf, static (never resize)
-    policy_file: str = ""              # a trained DL2 policy; default: the shipped one for restart_penalty_s
-    slot_s: float = 60.0
-    restart_penalty_s: float = 150.0   # what one change costs a job under Slurm (requeue + restart)
+    policy_file: str = ""              # a trained DL2 policy; default: the shipped one trained under these rules
+    # slot_s, restart_penalty_s and min_change_interval_s were chosen with `slurm-liquid simulate --rules
+    # daemon` on validation live-replay workloads (seeds 2000-2007; benchmarks/live/rules.md): slot 30 s,
+    # 60 s between changes and a 30 s penalty (the live replay measured 17-25 s from requeue to the first
+    # step again) let DL2 gain 17% on plain Slurm there, against 11% with 60 / 300 / 150.
+    slot_s: float = 30.0
+    restart_penalty_s: float = 30.0    # what one change costs a job under Slurm (checkpoint, requeue, restart)
     max_grace_s: float = 300.0         # a job's checkpoint grace (signal=USR1@N) is capped at this
-    min_change_interval_s: float = 300.0
+    min_change_interval_s: float = 60.0
     max_changes_per_hour: int = 6      # per job
-    # A running job is resized only if the change saves it this x restart_penalty_s (0: always); 2.0 was
-    # the best of 1, 2, 3 for DL2 and DRF on held-out live-replay workloads (benchmarks/live/sweep.py).
-    payback: float = 2.0
+    # A running job is resized only if the change saves it this x restart_penalty_s (0: always). Unset:
+    # the policy's own guard (`loop.rules.Rules.guard`): DRF and Optimus 2.0 (the best of 1, 2, 3 on
+    # held-out live-replay workloads, benchmarks/live/sweep.py), DL2 none (it prices restarts itself).
+    payback: float | None = None
     # An elastic job that is the only GPU job waiting starts at up to one node's free GPUs inside its
     # range instead of its ask: set before it ever runs, the width costs no restart, where growing it
     # later costs one: 7% -> 17% below plain Slurm on held-out live-replay workloads (benchmarks/live).
@@ -156,7 +161,11 @@ def _section(cls: type, raw: Any, name: str, where: str) -> Any:
 
 def _typed(value: Any, default: Any, where: str) -> Any:
     """`value` checked against the type of the setting's default (ints stay whole, numbers >= 0)."""
-    if isinstance(default, bool) or type(value) is bool:
+    if default is None:   # an optional number: unset means "the part's own default"
+        ok, kind = type(value) in (int, float) and 0 <= value < 1e12, "non-negative number"
+        if ok:
+            return float(value)
+    elif isinstance(default, bool) or type(value) is bool:
         ok, kind = type(value) is type(default), type(default).__name__
     elif isinstance(default, int):
         ok, kind = type(value) is int and 0 <= value < 10**12, "non-negative whole number"

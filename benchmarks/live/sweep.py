@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-cost", type=float, default=24.8)
     parser.add_argument("--start-cost", type=float, default=1.2)
     parser.add_argument("--jobs", type=int, default=32)
-    parser.add_argument("--start-wider", action=argparse.BooleanOptionalAction, default=simulate.DAEMON["start_wider"],
+    parser.add_argument("--start-wider", action=argparse.BooleanOptionalAction, default=None,
                         help="an elastic job alone in the queue starts at up to a node's free GPUs (the daemon's "
                              "[elastic] start_wider; default: the shipped setting)")
     parser.add_argument("--jitter", type=float, default=0.0, metavar="S",
@@ -77,18 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.jitter < 0 or args.draws < 1 or (args.draws > 1 and not args.jitter):
         parser.error("--jitter must be >= 0 and --draws >= 1 (several draws need a jitter)")
     seeds = seeds_of(args.seeds)
-    simulate.DAEMON["start_wider"] = args.start_wider
+    rules = simulate.daemon_rules(start_wider=args.start_wider)
     change: dict[tuple[str, float], dict[int, float]] = {}
     print("| seed | plain | " + " | ".join(f"{arm} @{f:g}" for f in factors for arm in ("drf", "dl2")) + " |")
     print("|---" * (2 + 2 * len(factors)) + "|")
     for seed in seeds:
         workloads = jittered(draw(seed, args.jobs, 360.0), args.jitter, args.draws, seed)
-        plains = [simulate.simulate(w, "plain", args.restart_cost, "measured", args.start_cost)["avg_jct_s"]
+        plains = [simulate.simulate(w, "plain", args.restart_cost, "measured", args.start_cost, rules=rules)["avg_jct_s"]
                   for w in workloads]
         cells = []
         for factor in factors:
             for arm in ("drf", "dl2"):
-                jcts = [simulate.simulate(w, arm, args.restart_cost, "measured", args.start_cost, factor)["avg_jct_s"]
+                jcts = [simulate.simulate(w, arm, args.restart_cost, "measured", args.start_cost, factor, rules)["avg_jct_s"]
                         for w in workloads]
                 mean = statistics.fmean((j - p) / p for j, p in zip(jcts, plains))
                 change.setdefault((arm, factor), {})[seed] = mean

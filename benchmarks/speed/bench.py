@@ -29,7 +29,7 @@ import statistics
 import tempfile
 import time
 
-from slurm_liquid.policy.base import JobView
+from slurm_liquid.views import JobView
 from slurm_liquid.speed import MeasuredSpeedModel, Observation, ThroughputParams
 
 GPN = 4

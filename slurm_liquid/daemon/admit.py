@@ -34,6 +34,7 @@ from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.loop.place import slurm_shapes
+from slurm_liquid.loop.rules import narrower_counts, wider_start
 from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
 from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
@@ -275,7 +276,7 @@ class Admitter:
         if not trusted.elastic or trusted.low >= request.gpus:
             return None
         young = age < self.config.daemon.spread_after_s
-        for count in range(min(request.gpus - 1, int(free.sum())), trusted.low - 1, -1):
+        for count in narrower_counts(request.gpus, trusted.low, int(free.sum())):   # the loop's rule
             for nodes, per_node in slurm_shapes(count, self._widest):
                 if int((free >= per_node).sum()) < nodes:
                     continue
@@ -291,15 +292,16 @@ class Admitter:
         nothing. One node only: no cross-node sync it did not ask for. Jobs that arrive later start at
         what is left (`_narrower`), and the slot shrinks this one where that pays. None: not such a job,
         or no wider count fits."""
-        if not self.config.elastic.start_wider or request.gpus >= self._widest:
+        if not self.config.elastic.start_wider:
             return None
         if request.gpus_per_node not in (None, request.gpus):   # asked for several nodes
             return None
         trusted = self._trusted(self._record(job))
         free = view.cap
-        if not trusted.elastic or trusted.high <= request.gpus or not free.size:
+        if not trusted.elastic or not free.size:
             return None
-        for count in range(min(trusted.high, self._widest, int(free.max())), request.gpus, -1):
+        top = wider_start(request.gpus, trusted.high, self._widest, int(free.max()))   # the loop's rule
+        for count in range(top or request.gpus, request.gpus, -1):
             placement = placer.place_on(view.snapshot(), replace(request, gpus=count, gpus_per_node=count))
             if placement.placed and len(placement.nodes) == 1:
                 return placement

@@ -9,9 +9,11 @@ time). Only running jobs that opted in (`#LIQUID elastic=MIN:MAX`) and that this
 daemon placed are ever changed, and everything about them comes from the trusted tag in AdminComment
 (range, checkpoint signal and capped grace, model and batch for the speed prior), copied there at
 placement: editing the Comment afterwards changes nothing. A job's progress report is its own claim,
-read through `progress.Progress` (bounded, checked). Changes stay inside the range, at most once per
-`min_change_interval_s` and `max_changes_per_hour` times an hour, and only when the new GPU count can
-be placed as Slurm can express it (the same GPUs on each node), with the Liquid placer. A resize
+read through `progress.Progress` (bounded, checked). The rules are the loop's (`Rules.daemon`, the
+same the simulator runs with `--rules daemon`): changes stay inside the range, at most once per
+`min_change_interval_s` and `max_changes_per_hour` times an hour, only when the new GPU count can
+be placed as Slurm can express it (the same GPUs on each node, Liquid's placer) and, for a policy that
+does not price restarts, when the change pays back its restart (`Rules.guard`). A resize
 started in a slot goes on in later turns of the daemon's loop (daemon/resize.py): a slot never waits.
 """
 
@@ -30,12 +32,12 @@ from slurm_liquid.errors import LiquidError
 from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
 from slurm_liquid.ledger.placed import format_placed
-from slurm_liquid.loop import Loop, PlaceStage, Report, Round, Shape
+from slurm_liquid.loop import Loop, Report, Round, Rules
 from slurm_liquid.placement import ClusterState
 from slurm_liquid.placement.base import NodeState
 from slurm_liquid.placement.factory import make_placer
 from slurm_liquid.placement.slurm_rules import JobViews
-from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView
+from slurm_liquid.views import Action, ClusterView, JobView, NodeView
 from slurm_liquid.progress import Progress
 from slurm_liquid.speed import MeasuredSpeedModel, Observation, trace_app
 from slurm_liquid.slurm import Job, Node, SlurmClient
@@ -124,10 +126,12 @@ class Adjuster:
         if self._loop is None:
             from slurm_liquid import policy
 
-            made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None)
-            place = PlaceStage(self.placer, Shape.UNIFORM, usable=self._usable)
-            self._loop = Loop(made, place, self.speed, suspends=False, applies=self._applies,
-                              payback=self.config.elastic.payback, weigh_placed=True)
+            made = policy.make_policy(self.config.elastic.policy, self.speed, self.config.elastic.policy_file or None,
+                                      world="daemon")
+            # the daemon's rules, as the simulator runs them (`loop.rules`); the daemon's own loop paces the
+            # slot; its placement pass starts the waiting jobs, which the slot places first (not applied)
+            self._loop = Loop.under(Rules.daemon(self.config.elastic), made, self.placer, self.speed,
+                                    applies=self._applies, usable=self._usable, paced=False)
         return self._loop
 
     @property
@@ -177,7 +181,7 @@ class Adjuster:
 
     def apply(self, done: Round) -> None:
         report = self._report if self._report is not None else SlotReport()
-        counts = done.decision.counts
+        counts = done.held_back | done.decision.counts   # what the policy wants, limits or not
         placed = {a.job: a for a in done.actions}
         busy = self.resizer.busy()
         plans: list[_Planned] = []
@@ -191,10 +195,10 @@ class Adjuster:
             if key in done.kept:
                 report.skipped[job_id] = done.kept[key]
                 continue
-            if key not in counts:
+            if key not in done.decision.counts:
                 continue
             try:
-                plan = self._change(item, held, counts[key], placed.get(key), report)
+                plan = self._change(item, held, done.decision.counts[key], placed.get(key), report)
             except Exception as exc:  # noqa: BLE001 -- one job must not stop the slot
                 self._failed(job_id, exc, report)
                 continue
@@ -204,7 +208,7 @@ class Adjuster:
             self._start(plans, report)
 
     def _applies(self, job_id: str) -> bool:
-        """Only running elastic jobs this daemon placed are moved; Slurm starts the others."""
+        """Only running elastic jobs this daemon placed are moved; the placement pass and Slurm start the others."""
         return job_id.isdigit() and int(job_id) in self._elastic
 
     def _usable(self, job: JobView) -> frozenset[str] | None:
@@ -230,8 +234,10 @@ class Adjuster:
             trusted = item.trusted if item else None
             progress = self.progress(job) if item else Progress()
             allocation = tuple(current_allocation(job).items()) if job.is_running else ()
+            changes: tuple[float, ...] = ()
             if item:
                 self._observe(job, trusted, allocation, progress, now)
+                changes = tuple(c.started for c in self.journal.recent(job.job_id, now - 3600))
             started = job.start_time.timestamp() if job.start_time and job.is_running else None
             self._jobs[str(job.job_id)] = job
             views.append(JobView(
@@ -241,7 +247,8 @@ class Adjuster:
                 attained_gpu_seconds=(now - started) * job.gpus if started else 0.0, restarts=job.restarts,
                 app=trace_app(trusted.model) if trusted else None,
                 batch_size=trusted.batch if trusted else None,
-                epoch=progress.epoch, time_limit_s=job.time_limit_s, started_at=started, gpu_type=job.gpu_type))
+                epoch=progress.epoch, time_limit_s=job.time_limit_s, started_at=started, gpu_type=job.gpu_type,
+                changes=changes))
         # A node's GPUs that no listed job holds (shards, jobs without a GPU count) are not free, nor
         # those pinned jobs and resizes in flight are about to take (daemon/pins.py): a resize planned
         # onto GPUs a requeued job is about to restart on would wait behind it.
@@ -275,7 +282,7 @@ class Adjuster:
     def _change(self, item: ElasticJob, held: int, target: int, action: Action | None,
                 report: SlotReport) -> "_Planned | None":
         """The resize to start for one job, or None (the reason in `report`)."""
-        job, cfg = item.job, self.config.elastic
+        job = item.job
         if action is None or not action.allocation or action.gpus == held:
             report.skipped[job.job_id] = f"{target} GPUs cannot be placed now"
             return
@@ -283,17 +290,7 @@ class Adjuster:
         if not item.low <= target <= item.high:
             report.skipped[job.job_id] = f"{target} GPUs is outside the job's range {item.low}:{item.high}"
             return
-        now = self.now()
-        recent = self.journal.recent(job.job_id, now - 3600)
-        if recent and now - recent[-1].started < cfg.min_change_interval_s:
-            report.skipped[job.job_id] = "changed too recently"
-            return
-        if len(recent) >= cfg.max_changes_per_hour:
-            report.skipped[job.job_id] = "hourly change limit"
-            return
-        if job.start_time and now - job.start_time.timestamp() < cfg.min_change_interval_s:
-            report.skipped[job.job_id] = "started too recently"
-            return
+        # the change limits are the loop's (`Rules.change_refused`, reasons in `Round.kept`)
         new = dict(action.allocation)
         step = f"{format_placed(current_allocation(job))}->{format_placed(new)}"
         if self.config.daemon.mode != "enforce":

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Protocol
+from typing import AbstractSet, Callable, Iterable, Protocol
 
 from slurm_liquid.loop.place import PlaceStage
-from slurm_liquid.policy.base import Action, ClusterView, Decision, JobView, Policy, SpeedModel
+from slurm_liquid.loop.rules import Rules
+from slurm_liquid.placement.base import Placer
+from slurm_liquid.views import Action, ClusterView, Decision, JobView, Policy, SpeedModel
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,8 @@ class Round:
     decision: Decision
     actions: list[Action] = field(default_factory=list)
     bounded: dict[str, int] = field(default_factory=dict)   # job -> the width its speed is known up to
-    kept: dict[str, str] = field(default_factory=dict)      # job -> why its placed move was not made
+    kept: dict[str, str] = field(default_factory=dict)      # job -> why its move was not made (limits, placed shape)
+    held_back: dict[str, int] = field(default_factory=dict)  # job -> the count its change limits held back
 
 
 @dataclass
@@ -75,12 +78,30 @@ class Loop:
     # Dropping a move places the others again, which may put another on a shape that loses in turn:
     # after this many passes the round resizes no running job (it still starts new ones).
     placed_passes: int = 4
+    # The rest of the world's rules (`loop.rules`): change limits, who starts waiting jobs, the restart
+    # penalty the policy is told. None: none of them (the loop's own tests).
+    rules: Rules | None = None
     report_errors: int = 0   # reports the speed model refused by raising (counted, logged, skipped)
+
+    @classmethod
+    def under(cls, rules: Rules, policy: Policy, placer: Placer, speed: SpeedModel | None = None,
+              applies: Callable[[str], bool] | None = None,
+              usable: Callable[[JobView], AbstractSet[str] | None] | None = None, paced: bool = True) -> "Loop":
+        """The loop as `rules` say: the daemon's slot, the simulator and DL2's training all build it here.
+        The guard and the weighing on placed nodes need a speed model; without one there are none.
+        `paced` False: the back end calls the loop once a slot and starts waiting jobs itself (the
+        daemon's main loop and placement pass): the policy decides at every call (`Rules.wrap`)."""
+        return cls(rules.wrap(policy, paced), PlaceStage(placer, rules.shape, usable=usable), speed,
+                   suspends=rules.suspends, applies=applies,
+                   payback=rules.guard(policy) if speed is not None else 0.0,
+                   weigh_placed=rules.weigh_placed and speed is not None, rules=rules)
 
     def observe(self, backend: Backend) -> ClusterView | None:
         """The back end's view; its progress reports go into the speed model (when it learns), which
         then fits every job that reported, at once."""
         view = backend.observe()
+        if view is not None and self.rules is not None:
+            view = self.rules.told(view)
         speed = self.speed
         if view is None or not hasattr(speed, "observe"):
             return view
@@ -106,8 +127,10 @@ class Loop:
             return view, {}
         bounded: dict[str, int] = {}
         jobs = []
+        by_pass = self.rules is not None and self.rules.starts_by_pass
         for job in view.jobs:
-            if job.elastic:
+            # a job the placement pass starts is not the policy's to bound
+            if job.elastic and not (by_pass and not job.allocation):
                 width = max(int(reach(job)), job.min_gpus, 1)
                 if width < job.upper:
                     bounded[job.id] = width
@@ -115,15 +138,21 @@ class Loop:
             jobs.append(job)
         return (replace(view, jobs=tuple(jobs)) if bounded else view), bounded
 
-    def allocate(self, view: ClusterView) -> Decision:
+    def allocate(self, view: ClusterView, refused: dict[str, str] | None = None,
+                 held_back: dict[str, int] | None = None) -> Decision:
         """The policy's counts, each held to what the job allows: an elastic job inside its range, a
         rigid one at its request; where the back end cannot suspend, a 0 keeps a rigid job as it is
-        and gives an elastic one its minimum. A count equal to what the job holds is no move."""
+        and gives an elastic one its minimum. A count equal to what the job holds is no move. Under
+        `rules`, a running job inside its change limits keeps what it holds (why, into `refused`)."""
+        refused = {} if refused is None else refused
+        held_back = {} if held_back is None else held_back
         jobs = {j.id: j for j in view.jobs}
         moves = []
         for job_id, count in self.policy.decide(view).moves:
             job = jobs.get(job_id)
-            if job is None or (self.applies is not None and not self.applies(job_id)):
+            # A waiting job the back end does not start is still placed (not applied): the GPUs its start
+            # will take (the daemon's placement pass, within a second) are not free for a resize.
+            if job is None or (self.applies is not None and job.allocation and not self.applies(job_id)):
                 continue
             if count > 0:
                 count = min(max(count, job.min_gpus), job.upper) if job.elastic else job.gpus
@@ -133,6 +162,11 @@ class Loop:
                 count = job.min_gpus
             if count and count == job.allocated:
                 continue
+            if job.allocation and self.rules is not None:
+                why = self.rules.change_refused(job, view.now)
+                if why is not None:
+                    refused[job_id], held_back[job_id] = why, count
+                    continue
             if self.payback and job.allocation and not self.pays_back(view, job, count):
                 continue
             moves.append((job_id, count))
@@ -195,9 +229,10 @@ class Loop:
         moves that lose on the nodes they were placed on are dropped and the rest placed again, at most
         `placed_passes` times; then, if some still lose, every resize of a running job is dropped."""
         bounded_view, bounded = self.admit(view)
-        decision = self.allocate(bounded_view)
-        actions = self.place.place(view, decision, self.suspends)
         kept: dict[str, str] = {}
+        held_back: dict[str, int] = {}
+        decision = self.allocate(bounded_view, kept, held_back)
+        actions = self.place.place(view, decision, self.suspends)
         passes = 0
         while self.weigh_placed and (lost := self.placed_losses(view, actions)):
             if passes == self.placed_passes:
@@ -208,7 +243,7 @@ class Loop:
             decision = Decision(tuple(m for m in decision.moves if m[0] not in kept))
             actions = self.place.place(view, decision, self.suspends)
             passes += 1
-        return Round(view, decision, actions, bounded, kept)
+        return Round(view, decision, actions, bounded, kept, held_back)
 
     def turn(self, backend: Backend) -> Round | None:
         """One round; None when the back end has nothing more to schedule."""

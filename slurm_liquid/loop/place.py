@@ -1,6 +1,6 @@
 """The place stage: a policy's GPU counts become nodes, under the back end's rules.
 
-Policies decide counts only (`policy.base.Decision`). Here each moved job is placed in the
+Policies decide counts only (`views.Decision`). Here each moved job is placed in the
 decision's order on what the jobs that keep their nodes leave free, each placement seeing the GPUs the
 previous ones took. Two rules come from the back end:
 
@@ -41,7 +41,7 @@ import numpy as np
 from slurm_liquid.placement.base import ClusterState, Placement, PlacementRequest, Placer
 from slurm_liquid.placement.engine import IndexedPlacer
 from slurm_liquid.placement.index import Snapshot, TreeIndex
-from slurm_liquid.policy.base import Action, Allocation, ClusterView, Decision, JobView
+from slurm_liquid.views import Action, Allocation, ClusterView, Decision, JobView
 
 
 class Shape(str, Enum):

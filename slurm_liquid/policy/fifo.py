@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from slurm_liquid.policy.base import ClusterView, Decision, JobView
+from slurm_liquid.views import ClusterView, Decision, JobView
 
 
 def _end(job: JobView, now: float) -> float:

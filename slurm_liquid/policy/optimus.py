@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from slurm_liquid.policy.base import ClusterView, Decision, JobView, SpeedModel
+from slurm_liquid.views import ClusterView, Decision, JobView, SpeedModel
 
 # The artifact fixes ncf to one GPU under Optimus.
 FIXED_GPUS = {"ncf": 1}
@@ -19,6 +19,7 @@ FIXED_GPUS = {"ncf": 1}
 
 class Optimus:
     name = "optimus"
+    payback = 2.0   # prices speed, not restarts: guarded as DRF is (`Rules.guard`)
 
     def __init__(self, speed: SpeedModel) -> None:
         self.speed = speed

@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 from typing import Callable
 
-from slurm_liquid.policy.base import ClusterView, Decision, JobView, SpeedModel
+from slurm_liquid.views import ClusterView, Decision, JobView, SpeedModel
 
 
 def job_top(job: JobView, total_gpus: int) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 
-from slurm_liquid.policy.base import ClusterView, Decision, JobView, SpeedModel
+from slurm_liquid.views import ClusterView, Decision, JobView, SpeedModel
 
 
 def ranking_times(jobs: tuple[JobView, ...] | list[JobView], speed: SpeedModel, start_margin_s: float = 0.0) -> list[float]:

@@ -9,7 +9,7 @@ Running jobs keep their nodes; the loop places newly admitted ones.
 
 from __future__ import annotations
 
-from slurm_liquid.policy.base import ClusterView, Decision
+from slurm_liquid.views import ClusterView, Decision
 
 
 class Tiresias:

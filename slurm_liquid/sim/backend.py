@@ -8,12 +8,14 @@ a measured speed model learns in simulation from the same kind of evidence as on
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from slurm_liquid.loop.core import Report, Round
-from slurm_liquid.policy.base import ClusterView
-from slurm_liquid.sim.engine import Simulator
+from slurm_liquid.views import ClusterView
 from slurm_liquid.sim.job import SimJob
+
+if TYPE_CHECKING:   # the engine runs a back end of its own; a type, not an import cycle
+    from slurm_liquid.sim.engine import Simulator
 
 
 @lru_cache(maxsize=4096)

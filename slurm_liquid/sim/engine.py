@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, Policy, SpeedModel
+from slurm_liquid.views import Action, ClusterView, JobView, NodeView, Policy, SpeedModel
 from slurm_liquid.sim.apps import load_app
 from slurm_liquid.sim.job import SimJob
 from slurm_liquid.sim.oracle import isolated_runtime
@@ -28,7 +28,8 @@ from slurm_liquid.sim.workload import MAX_MEASURED_GPUS, JobSpec, check_fits
 
 
 if TYPE_CHECKING:
-    from slurm_liquid.loop import PlaceStage
+    from slurm_liquid.loop import Loop, PlaceStage
+    from slurm_liquid.sim.backend import SimBackend
 
 MAX_GPUS_PER_NODE = 4  # placements.csv measures 1-4 replicas per node
 
@@ -151,7 +152,7 @@ class Simulator:
             id=j.spec.name, submit_time=j.spec.time, gpus=j.spec.num_replicas, allocation=j.allocation,
             max_gpus=j.max_gpus, attained_gpu_seconds=j.attained, restarts=j.restarts or 0,
             app=j.spec.application, batch_size=j.spec.batch_size, epoch=j.epoch, epochs=j.app.max_epochs,
-            time_limit_s=j.time_limit, started_at=j.started_at) for j in self.active)
+            time_limit_s=j.time_limit, started_at=j.started_at, changes=j.changes) for j in self.active)
         return ClusterView(now, self.nodes, jobs, self.config.restart_penalty)
 
     def step(self, actions: Sequence[Action]) -> ClusterView | None:
@@ -161,18 +162,21 @@ class Simulator:
 
     # -- whole runs --------------------------------------------------------------------
     def run(self, policy: Policy, place: "PlaceStage | None" = None, speed: SpeedModel | None = None,
-            progress: bool = False) -> SimResult:
+            progress: bool = False, loop: "Loop | None" = None, backend: "SimBackend | None" = None) -> SimResult:
         """The whole workload under `policy`, through the one scheduling loop (`slurm_liquid.loop`).
 
         `place`: the place stage (default: the artifact's greedy rule, any GPUs per node); `speed`: the
-        speed model `policy` was built with, when it learns from the simulated progress reports."""
+        speed model `policy` was built with, when it learns from the simulated progress reports; `loop`:
+        the loop to run instead (`Loop.under(rules, ...)`, whose policy is `policy` as the rules call it);
+        `backend`: the simulator as the loop sees it (default: `SimBackend` of this simulator)."""
         from slurm_liquid.loop import Loop, PlaceStage
         from slurm_liquid.placement.greedy import MostFreeGreedy
         from slurm_liquid.sim.backend import SimBackend
 
-        loop = Loop(policy, place or PlaceStage(MostFreeGreedy()), speed)
+        loop = loop or Loop(policy, place or PlaceStage(MostFreeGreedy()), speed)
+        policy = loop.policy
         policy.reset()
-        backend = SimBackend(self)
+        backend = backend or SimBackend(self)
         bar = None
         if progress:
             from tqdm import tqdm

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slurm_liquid.policy.base import Allocation
+from slurm_liquid.views import Allocation
 from slurm_liquid.sim.apps import AppModel, BatchConfig
 from slurm_liquid.sim.workload import JobSpec
 
@@ -12,7 +12,7 @@ class SimJob:
 
     __slots__ = ("spec", "index", "app", "max_gpus", "time_limit", "allocation", "counts", "config",
                  "iter_time", "rescale_left", "progress", "epoch", "completion", "attained", "restarts",
-                 "started_at", "slowdown", "scales_batch", "_rate_key", "_rate")
+                 "started_at", "slowdown", "scales_batch", "changes", "_rate_key", "_rate")
 
     def __init__(self, spec: JobSpec, index: int, app: AppModel, max_gpus: int | None,
                  time_limit: float | None, scales_batch: bool = False) -> None:
@@ -34,6 +34,7 @@ class SimJob:
         self.started_at: float | None = None
         self.slowdown = 0.0  # cross-switch slowdown of the current allocation
         self.scales_batch = scales_batch  # picks its goodput-best batch at every start and epoch
+        self.changes: tuple[float, ...] = ()  # when it was moved while it ran (the daemon's change limits)
         self._rate_key: tuple | None = None
         self._rate = 0.0
 
@@ -47,6 +48,8 @@ class SimJob:
 
     def reallocate(self, allocation: Allocation, now: float, penalty: float, slowdown: float) -> None:
         """Move to `allocation` (empty: suspend). Every non-empty move pays the restart penalty."""
+        if self.allocation and allocation:
+            self.changes = (*self.changes[-15:], now)
         self.allocation = allocation
         self.counts = tuple(g for _, g in allocation)
         self._rate_key = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Sequence
 
-from slurm_liquid.policy.base import JobView
+from slurm_liquid.views import JobView
 from slurm_liquid.sim.apps import AppModel, load_app
 
 

@@ -7,11 +7,11 @@ from dataclasses import replace
 from typing import Mapping, Sequence
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.loop import PlaceStage, Shape
+from slurm_liquid.loop import Loop, Rules, Shape
 from slurm_liquid.placement.base import Placer
 from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import SpeedModel
 from slurm_liquid.policy import make_policy
+from slurm_liquid.views import SpeedModel
 from slurm_liquid.sim.engine import ClusterConfig, SimResult, Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 from slurm_liquid.sim.workload import JobSpec
@@ -75,19 +75,21 @@ def make_speed(kind: str, config: ClusterConfig) -> SpeedModel:
 def run_all(workloads: Mapping[str, Sequence[JobSpec]], policies: Sequence[str], config: ClusterConfig,
             placer: Placer | None = None, progress: bool = False,
             policy_file: str | None = None, speed: str = "oracle",
-            shape: Shape = Shape.FREE) -> dict[str, dict[str, SimResult]]:
-    """policy -> workload -> result, every policy on every workload.
+            shape: Shape = Shape.FREE, rules: Rules | None = None) -> dict[str, dict[str, SimResult]]:
+    """policy -> workload -> result, every policy on every workload, under `rules` (default: the
+    reference rules with `shape`).
 
     Each run gets a fresh policy and speed model: what a measured model learned on one workload must
     not help on the next."""
-    place = PlaceStage(placer or MostFreeGreedy(), Shape(shape))
+    rules = rules or replace(Rules.reference(), shape=Shape(shape))
     sims = {name: Simulator(specs, config, name) for name, specs in workloads.items()}
     out: dict[str, dict[str, SimResult]] = {}
     for pname in policies:
         for name, sim in sims.items():
             model = make_speed(speed, config)
-            policy = make_policy(pname, model, policy_file)
-            out.setdefault(policy.name, {})[name] = sim.run(policy, place, model, progress=progress)
+            policy = make_policy(pname, model, policy_file, world=rules.name)
+            loop = Loop.under(rules, policy, placer or MostFreeGreedy(), model)
+            out.setdefault(policy.name, {})[name] = sim.run(policy, loop=loop, progress=progress)
     return out
 
 

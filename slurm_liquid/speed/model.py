@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from slurm_liquid.policy.base import JobView
+from slurm_liquid.views import JobView
 from slurm_liquid.speed.fit import Points, fit_many
 from slurm_liquid.speed.journal import SpeedJournal
 from slurm_liquid.speed.params import ThroughputParams
@@ -112,7 +112,7 @@ class _Job:
 
 
 class MeasuredSpeedModel:
-    """A `policy.base.SpeedModel` fitted from the jobs' own reports (see the module docstring)."""
+    """A `views.SpeedModel` fitted from the jobs' own reports (see the module docstring)."""
 
     def __init__(self, gpus_per_node: int, prior: Prior | None = None,
                  journal: str | os.PathLike[str] | None = None, max_observations: int = 64,

@@ -21,7 +21,7 @@ from slurm_liquid.ledger.placed import format_placed, parse_placed
 from slurm_liquid.daemon.elastic import Adjuster, SlotReport, elastic_jobs
 from slurm_liquid.daemon.journal import Journal
 from slurm_liquid.daemon.resize import Checkpointing
-from slurm_liquid.policy.base import ClusterView, Decision, JobView
+from slurm_liquid.views import ClusterView, Decision, JobView
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.jobspec import parse_directives
 from slurm_liquid.ledger import Record, Tag, TagState, TrustedSpec
@@ -247,7 +247,7 @@ class FixedPolicy:
     (3, 3, None),                        # inside the range: as asked
 ])
 def test_decisions_are_clamped_to_the_elastic_range(monkeypatch, asked: int, decided: int, shape) -> None:
-    monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args: FixedPolicy(asked))
+    monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args, **kw: FixedPolicy(asked))
     # 4 GPUs held: one step of the unmeasured job's reach is 8, so the range (2:6) is what clamps.
     report, client = slot([running(7, {"gpu01": 4}, "model=resnet50 elastic=2:6")])
     assert report.decided == {7: decided}
@@ -369,7 +369,7 @@ class Recorder(FixedPolicy):
 def test_every_slot_gives_the_policy_the_jobs_fresh_progress(monkeypatch) -> None:
     made = []
     monkeypatch.setattr(slurm_liquid.policy, "make_policy",
-                        lambda name, speed, path: made.append(Recorder(speed)) or made[-1])
+                        lambda name, speed, path, world=None: made.append(Recorder(speed)) or made[-1])
     client = slurm([running(7, {"gpu01": 2})])
     work = adjuster(client, config(), progress={"total": 1000, "step": 100, "samples_per_s": 500.0,
                                                  "gpus": 2, "nodes": 1, "time": NOW})
@@ -582,7 +582,7 @@ def test_a_growth_is_weighed_on_the_nodes_it_was_placed_on(monkeypatch, sync: fl
     # Job 7 holds 2 GPUs of gpu01; every node has 2 GPUs free, so 4 GPUs can only be 2 + 2 on two nodes.
     # Where a cross-node sync makes 2 + 2 slower than the 2 it has, the growth is not made, and the
     # slot says why; where 2 + 2 is still faster, it is.
-    monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args: FixedPolicy(4))
+    monkeypatch.setattr(slurm_liquid.policy, "make_policy", lambda *args, **kw: FixedPolicy(4))
     rigid = [running(i, {f"gpu0{i}": 2}, "model=bert-large") for i in (2, 3, 4)] + [running(5, {"gpu01": 2}, "model=bert-large")]
     jobs = [running(7, {"gpu01": 2}), *rigid]
     client = slurm(jobs)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from slurm_liquid.policy import make_policy
-from slurm_liquid.policy.base import ClusterView, JobView, NodeView
+from slurm_liquid.views import ClusterView, JobView, NodeView
 from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
 from slurm_liquid.policy.dl2.train import ARTIFACT_PLACE, teacher_counts
 from slurm_liquid.sim.engine import Simulator

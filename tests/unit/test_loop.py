@@ -10,7 +10,7 @@ from slurm_liquid.loop import Loop, PlaceStage, Shape, slurm_shapes
 from slurm_liquid.placement.base import ClusterState
 from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.policy import make_policy
-from slurm_liquid.policy.base import ClusterView, Decision, JobView, NodeView
+from slurm_liquid.views import ClusterView, Decision, JobView, NodeView
 from slurm_liquid.sim.backend import SimBackend, steps_done
 from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.workload import JobSpec

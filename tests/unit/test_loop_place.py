@@ -18,7 +18,7 @@ from slurm_liquid.placement.base import ClusterState, NodeState, Placement
 from slurm_liquid.placement.baselines import FirstFit, SlurmBestFit
 from slurm_liquid.placement.index import Snapshot, TreeIndex
 from slurm_liquid.placement.liquid import LiquidBestFit
-from slurm_liquid.policy.base import ClusterView, Decision, JobView, NodeView
+from slurm_liquid.views import ClusterView, Decision, JobView, NodeView
 from slurm_liquid.topology import Topology
 
 TOPOLOGY = Topology.from_topology_conf("""

@@ -4,7 +4,7 @@ from hypothesis import given, settings, strategies as st
 
 from slurm_liquid.loop import PlaceStage
 from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import Action, ClusterView, JobView, NodeView, changed
+from slurm_liquid.views import Action, ClusterView, JobView, NodeView, changed
 from slurm_liquid.policy.drf import DRF
 from slurm_liquid.policy.fifo import FifoBackfill
 from slurm_liquid.policy.optimus import Optimus

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy import make_policy
-from slurm_liquid.policy.base import ClusterView, JobView, NodeView
+from slurm_liquid.views import ClusterView, JobView, NodeView
 from slurm_liquid.policy.rate import best_step, counts_of
 from tests.unit.test_policy_srtf import _Speed  # linear up to flat[job] GPUs, remaining steps of 1 s
 

@@ -3,7 +3,7 @@ more saves the most time (the teacher of DL2's warm-up and the oracle reference 
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy import make_policy
-from slurm_liquid.policy.base import ClusterView, JobView, NodeView
+from slurm_liquid.views import ClusterView, JobView, NodeView
 
 import pytest
 

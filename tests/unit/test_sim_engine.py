@@ -6,7 +6,7 @@ from slurm_liquid.loop import PlaceStage
 from slurm_liquid.placement.greedy import MostFreeGreedy
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.policy import make_policy
-from slurm_liquid.policy.base import Action
+from slurm_liquid.views import Action
 from slurm_liquid.policy.tiresias import Tiresias
 from slurm_liquid.sim.apps import load_app
 from slurm_liquid.sim.engine import ClusterConfig, Simulator
@@ -155,7 +155,7 @@ def test_speed_aware_policies_run_jobs_that_scale_their_batch(name) -> None:
 
 def test_a_policy_that_restarts_jobs_every_slot_stops_at_the_horizon_with_one_message():
     """A restart longer than a slot and a change every slot: no job ever runs. The run must end."""
-    from slurm_liquid.policy.base import Decision
+    from slurm_liquid.views import Decision
 
     class Flip:
         name = "flip"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import least_squares
 
-from slurm_liquid.policy.base import JobView
+from slurm_liquid.views import JobView
 from slurm_liquid.speed import MeasuredSpeedModel, Observation, Prior, ThroughputParams, check
 from slurm_liquid.speed.fit import PARAM_WEIGHT, solve
 from slurm_liquid.speed.params import Widths, bounds, jacobian, predict_log
@@ -425,7 +425,7 @@ def test_observe_never_raises(job_id, gpus, nodes, batch, sps, at, step, total):
 
 def test_the_package_imports_neither_simulator_nor_daemon():
     code = ("import sys, slurm_liquid.speed as s; s.MeasuredSpeedModel(4).iteration_time("
-            "__import__('slurm_liquid.policy.base', fromlist=['x']).JobView('1', 0.0, 1, app='bert', batch_size=8), 4);"
+            "__import__('slurm_liquid.views', fromlist=['x']).JobView('1', 0.0, 1, app='bert', batch_size=8), 4);"
             "bad = [m for m in sys.modules if m.startswith(('slurm_liquid.sim', 'slurm_liquid.daemon'))];"
             "print(bad); sys.exit(1 if bad else 0)")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))

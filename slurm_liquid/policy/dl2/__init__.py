@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slurm_liquid.policy.base import SpeedModel
+from slurm_liquid.views import SpeedModel
 from slurm_liquid.policy.dl2.agent import DL2Policy
 
 
@@ -45,11 +45,13 @@ def rate_of(meta: dict) -> bool:
     return value
 
 
-def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = None) -> DL2Policy:
-    """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file trained
-    for the restart penalty nearest to the simulated one (chosen at the first decision)."""
+def make_dl2(policy_file: str | Path | None = None, speed: SpeedModel | None = None,
+             world: str = "reference") -> DL2Policy:
+    """A greedy (deterministic) DL2 policy from `policy_file`, or from the shipped file for `world`:
+    under the daemon's rules the file trained under them, else the one trained for the restart
+    penalty nearest to the simulated one (chosen at the first decision)."""
     if policy_file is None:
-        return DL2Policy(None, speed=speed)
+        return DL2Policy(None, speed=speed, world=world)
     from slurm_liquid.policy.dl2.io import load_policy
 
     params, meta = load_policy(policy_file)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from slurm_liquid.policy.base import ClusterView, Decision, SpeedModel
+from slurm_liquid.views import ClusterView, Decision, SpeedModel
 from slurm_liquid.policy.dl2.net import Params, forward
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, SlotState
 
@@ -38,12 +38,16 @@ class DL2Policy:
     """
 
     name = "dl2"
+    # DL2 prices restarts itself (its teacher charges each change its restart, and RL pays the penalty):
+    # an outside guard would only second-guess it (`Rules.guard`).
+    payback = 0.0
 
     def __init__(self, params: Params | None, window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
                  sample: bool = False, explore: float = 0.0,
                  job_aware: bool = True, seed: int = 0, order: str = "service", start_margin: float = 0.0,
-                 rate: bool = False) -> None:
+                 rate: bool = False, world: str = "reference") -> None:
         self.params = params
+        self.world = world  # the rules it runs under: picks the shipped file when none is given
         self.window = window
         self.order = order
         self.start_margin = start_margin  # restart penalties added to a waiting job's rank (the file's teacher's)
@@ -99,7 +103,7 @@ class DL2Policy:
             from slurm_liquid.policy.dl2 import rate_of, start_margin_of
             from slurm_liquid.policy.dl2.io import load_policy, shipped_for
 
-            self.params, meta = load_policy(shipped_for(view.restart_penalty_s))
+            self.params, meta = load_policy(shipped_for(view.restart_penalty_s, self.world))
             self.window = int(meta.get("window", self.window))
             self.order = meta.get("window_order", "arrival")
             self.start_margin = start_margin_of(meta)

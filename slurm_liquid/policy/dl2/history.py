@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.policy.base import ClusterView, JobView, NodeView
+from slurm_liquid.views import ClusterView, JobView, NodeView
 from slurm_liquid.slurm.models import FINISHED_STATES, Job
 
 PROGRESS_STEPS = 100  # progress is reported to the network as epoch / epochs

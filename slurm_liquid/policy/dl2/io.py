@@ -23,6 +23,8 @@ FORMAT = "slurm-liquid-dl2-policy"
 VERSION = 1
 TRAINED_DIR = Path(__file__).parent / "trained"
 SHIPPED = {30.0: TRAINED_DIR / "dl2-p30.npz", 150.0: TRAINED_DIR / "dl2-p150.npz"}
+# trained under the daemon's rules (`loop.rules.Rules.daemon`) on live-replay workloads: the daemon's default
+DAEMON_FILE = TRAINED_DIR / "dl2-daemon.npz"
 META_KEY = "__meta__"
 
 
@@ -98,8 +100,11 @@ def load_policy(path: str | Path, features: int = FEATURES, action_space: str = 
     return params, meta
 
 
-def shipped_for(restart_penalty: float) -> Path:
-    """The shipped policy trained for the restart penalty nearest to `restart_penalty`."""
+def shipped_for(restart_penalty: float, world: str = "reference") -> Path:
+    """The shipped policy for `world`: under the daemon's rules the one trained under them
+    (`DAEMON_FILE`), else the one trained for the restart penalty nearest to `restart_penalty`."""
+    if world == "daemon" and DAEMON_FILE.is_file():
+        return DAEMON_FILE
     available = {p: f for p, f in SHIPPED.items() if f.is_file()}
     if not available:
         raise UsageError(f"no trained DL2 policy is installed under {TRAINED_DIR}; give one with --policy-file")

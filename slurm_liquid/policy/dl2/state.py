@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from slurm_liquid.policy.base import ClusterView, JobView, SpeedModel
+from slurm_liquid.views import ClusterView, JobView, SpeedModel
 from slurm_liquid.policy.rate import best_step, job_top, rates
 from slurm_liquid.policy.srtf import ranking_times
 

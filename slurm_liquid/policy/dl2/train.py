@@ -1,7 +1,6 @@
-"""Training DL2: supervised warm-up on an existing scheduler's decisions, then actor-critic RL.
-
-Training workloads come from the Philly trace, never from the 8 evaluation workloads:
-`philly_workload(seed)` samples it with the Pollux artifact's generator and other seeds.
+"""Learning DL2's network: the teacher's decisions as "+1 GPU" steps, the supervised warm-up, and the
+actor-critic update. Pure numpy on recorded steps: the episodes that produce them (the simulator under
+the world's rules) are `slurm_liquid.training`.
 """
 
 from __future__ import annotations
@@ -16,40 +15,17 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from slurm_liquid.loop.place import PlaceStage
-from slurm_liquid.placement.greedy import MostFreeGreedy
-from slurm_liquid.policy.base import ClusterView, Decision, Policy, SpeedModel, changed
+from slurm_liquid.views import ClusterView, Decision, Policy, SpeedModel, changed
 from slurm_liquid.policy.dl2.agent import DEFAULT_WINDOW, DL2Policy, Slot, Step
 from slurm_liquid.policy.dl2.net import Adam, Params, forward, init_params, loss_and_grads
 from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
 from slurm_liquid.policy.rate import counts_of
-from slurm_liquid.sim.engine import ClusterConfig, Simulator
-from slurm_liquid.sim.workload import JobSpec
 
 log = logging.getLogger(__name__)
-EVAL_JOBS = 160  # each of the 8 Pollux workloads: 160 jobs over 8 hours
-
-# Training steps the simulator slot by slot with the Pollux artifact's placement (the loop's default).
-ARTIFACT_PLACE = PlaceStage(MostFreeGreedy())
-
-
-def philly_workload(seed: int, jobs: int = EVAL_JOBS) -> list[JobSpec]:
-    """`jobs` Philly jobs drawn as the Pollux artifact drew its workloads (`sample_philly`), their
-    arrivals compressed by jobs / 160 so that the load matches the evaluation workloads'."""
-    from slurm_liquid.sim.workload import sample_philly
-
-    return sample_philly(jobs=jobs, seed=seed, time_scale=jobs / EVAL_JOBS)
 
 
 # -- supervised warm-up ----------------------------------------------------------------------
 SHORTEST_FIRST = ("srtf", "srtf-restart", "srtf-oracle")  # teachers whose decisions are learnt in their own rank order
-
-
-def teacher_slot(view: ClusterView, teacher: Policy) -> tuple[list, list[tuple[int, int]] | None]:
-    """The teacher's placed actions for one slot, and its plan (its steps in order) if it has one."""
-    plan = teacher.plan(view) if hasattr(teacher, "plan") else None
-    decision = Decision.resize(view, counts_of(plan, len(view.jobs))) if plan is not None else teacher.decide(view)
-    return ARTIFACT_PLACE.place(view, decision), plan
 
 
 def teacher_counts(view: ClusterView, actions) -> list[int]:
@@ -119,54 +95,10 @@ def _plan_turns(state: SlotState, plan: Sequence[tuple[int, int]]) -> list[list[
     return turns
 
 
-def restart_awareness(teacher: Policy, config: ClusterConfig) -> tuple[float, bool]:
-    """`imitation_steps`'s `start_margin_s` and `keep_held` for `teacher` at `config`'s restart penalty."""
-    return (float(getattr(teacher, "start_margin", 0.0)) * config.restart_penalty,
+def restart_awareness(teacher: Policy, restart_penalty_s: float) -> tuple[float, bool]:
+    """`imitation_steps`'s `start_margin_s` and `keep_held` for `teacher` at a restart penalty."""
+    return (float(getattr(teacher, "start_margin", 0.0)) * restart_penalty_s,
             bool(getattr(teacher, "resize_margin", 0.0)))
-
-
-def collect_teacher(specs: Sequence[JobSpec], teacher: Policy, config: ClusterConfig,
-                    window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None,
-                    max_slots: int | None = None, order: str = "service") -> list[Step]:
-    """Run `teacher` on a workload (at most `max_slots` slots) and learn from every slot."""
-    shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST
-    margin, keep = restart_awareness(teacher, config)
-    sim = Simulator(specs, config)
-    teacher.reset()
-    samples: list[Step] = []
-    view = sim.reset()
-    slots = 0
-    while view is not None and (max_slots is None or slots < max_slots):
-        slots += 1
-        actions, plan = teacher_slot(view, teacher)
-        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first,
-                                       margin, keep, plan))
-        view = sim.step(actions)
-    return samples
-
-
-def collect_on_policy(specs: Sequence[JobSpec], student: DL2Policy, teacher: Policy, config: ClusterConfig,
-                      window: int = DEFAULT_WINDOW, speed: SpeedModel | None = None, max_slots: int = 1500,
-                      order: str = "service") -> list[Step]:
-    """DAgger (Ross, Gordon and Bagnell, 2011): run the student and label every slot it reaches with the
-    teacher's counts for that slot. Imitation alone only ever sees the teacher's own states; a
-    student that errs drifts to states (jobs restarted over and over, one job holding every GPU) the
-    teacher never visited and where nothing taught it. `max_slots` bounds a student that thrashes."""
-    shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST
-    margin, keep = restart_awareness(teacher, config)
-    sim = Simulator(specs, config)
-    teacher.reset()
-    student.reset()
-    samples: list[Step] = []
-    view = sim.reset()
-    slots = 0
-    while view is not None and slots < max_slots:
-        slots += 1
-        actions, plan = teacher_slot(view, teacher)
-        samples.extend(imitation_steps(view, teacher_counts(view, actions), window, speed, order, shortest_first,
-                                       margin, keep, plan))
-        view = sim.step(ARTIFACT_PLACE.place(view, student.decide(view)))
-    return samples
 
 
 def batch(steps: Sequence[Step]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -253,44 +185,6 @@ class RLConfig:
     start_margin: float = 0.0  # the init file's (`DL2Policy.start_margin`)
     rate: bool = False  # the init file's (`DL2Policy.rate`)
     ppo_clip: float = 0.0  # > 0: PPO's clipped surrogate (ratio in 1 +- ppo_clip) instead of truncated IS
-
-
-def restart_cost(view: ClusterView, actions, reward: float, running: int, weight: float, interval: float) -> tuple[int, float]:
-    """Restarts the actions cause (changes of jobs that already hold GPUs) and their cost in
-    reward units: the penalty's share of a slot at the slot's mean per-job progress rate."""
-    current = {j.id: j.allocation for j in view.jobs}
-    restarts = sum(1 for job in changed(view, actions) if current.get(job))
-    per_job = reward / max(1, running)
-    return restarts, weight * restarts * per_job * view.restart_penalty_s / interval
-
-
-def rollout(policy: DL2Policy, sim: Simulator, weight: float,
-            max_slots: int | None = None, reward: str = "jct") -> tuple[list[Slot], ClusterView | None]:
-    """One training episode. A slot's reward is, for "progress" (DL2's), its normalised progress
-    minus its restart cost; for "jct", minus the active jobs in the slot and minus, per restart,
-    the slots of delay the penalty adds (summed over an episode: minus the total JCT in slots).
-
-    Stops after `max_slots` slots (a long tail of one big job teaches little and costs much);
-    returns the slots and the view it stopped at (None: the workload completed)."""
-    policy.record = []
-    policy.reset()
-    view = sim.reset()
-    last, running = 0.0, 1
-    while view is not None and (max_slots is None or len(policy.record) < max_slots):
-        actions = ARTIFACT_PLACE.place(view, policy.decide(view))
-        restarts, cost = restart_cost(view, actions, last, running, weight, sim.config.interval)
-        running = sum(1 for j in view.jobs if j.allocation)
-        active = len(view.jobs)
-        view = sim.step(actions)
-        last = sim.last_progress
-        slot = policy.record[-1]
-        if reward == "jct":
-            slot.reward = -(active + weight * restarts * sim.config.restart_penalty / sim.config.interval)
-        else:
-            slot.reward = last - cost
-        slot.restarts = restarts
-    slots, policy.record = policy.record, None
-    return slots, view
 
 
 def returns(slots: Sequence[Slot], gamma: float, bootstrap: float = 0.0, values: Sequence[float] | None = None,
@@ -415,86 +309,6 @@ def state_value(params: Params, view: ClusterView, window: int, speed: SpeedMode
     if not valid.any():
         valid[-1] = True
     return float(forward(params, x[None], np.ones((1, len(x)), dtype=bool), valid[None]).value[0])
-
-
-def evaluate(params: Params, workloads: dict[str, Sequence[JobSpec]], config: ClusterConfig,
-             speed: SpeedModel | None, window: int = DEFAULT_WINDOW, max_slots: int = 2000,
-             order: str = "service", start_margin: float = 0.0, rate: bool = False) -> float:
-    """Mean over workloads of the greedy policy's mean JCT (s). A run still going after
-    `max_slots` slots (a poor early policy) counts unfinished jobs at their age: a lower bound."""
-    policy = DL2Policy(params, window=window, speed=speed, order=order, start_margin=start_margin, rate=rate)
-    means = []
-    for name, specs in workloads.items():
-        sim = Simulator(specs, config, name)
-        policy.reset()
-        view = sim.reset()
-        for _ in range(max_slots):
-            if view is None:
-                break
-            view = sim.step(ARTIFACT_PLACE.place(view, policy.decide(view)))
-        jcts = [max(0.0, (j.completion if j.completion is not None else sim.clock) - j.spec.time) for j in sim.jobs]
-        means.append(float(np.mean(jcts)))
-    return float(np.mean(means))
-
-
-def train_rl(state: TrainState, cfg: RLConfig, config: ClusterConfig, speed: SpeedModel | None,
-             validation: dict[str, Sequence[JobSpec]], eval_every: int = 10,
-             checkpoint: Callable[[TrainState], None] | None = None,
-             progress: Callable[[dict], None] | None = None) -> TrainState:
-    """Run episodes `state.episode`..`cfg.episodes`; resumable from a checkpointed `state`."""
-    buffer: list[Sample] = []
-    if validation and state.episode == 0 and not state.curve:  # the starting point (e.g. the warm-up)
-        jct = evaluate(state.params, validation, config, speed, cfg.window, order=cfg.window_order,
-                       start_margin=cfg.start_margin, rate=cfg.rate)
-        state.note_validation(jct)
-        state.curve.append({"episode": 0, "validation_avg_jct_s": jct})
-        if progress:
-            progress(state.curve[-1])
-    pool = [philly_workload(seed=10_000 + cfg.seed * 1000 + k, jobs=cfg.jobs) for k in range(cfg.pool)]
-    while state.episode < cfg.episodes:
-        e = state.episode
-        t0 = time.perf_counter()
-        explore = cfg.explore * (1 - 0.9 * e / max(1, cfg.episodes - 1))
-        policy = DL2Policy(state.params, window=cfg.window, speed=speed, sample=True, explore=explore,
-                           job_aware=cfg.job_aware, seed=cfg.seed * 1_000_003 + e, order=cfg.window_order,
-                           start_margin=cfg.start_margin, rate=cfg.rate)
-        if not cfg.job_aware:
-            policy.explore = 0.0  # the ablation: exploration only from the softmax's own sampling
-        sim = Simulator(pool[e % cfg.pool], config, f"train-{e % cfg.pool}")
-        slots, last_view = rollout(policy, sim, cfg.restart_weight, cfg.max_slots, cfg.reward)
-        if not state.reward_scale:
-            state.reward_scale = float(np.mean([abs(s.reward) for s in slots])) or 1.0
-        tail = 0.0
-        if last_view is not None:
-            if not cfg.critic:  # no critic to bootstrap with: drop the slots whose return the cut distorts
-                slots = slots[:max(1, len(slots) - int(1 / (1 - cfg.gamma)))]
-            else:
-                tail = state_value(state.params, last_view, cfg.window, speed,
-                                   cfg.window_order, cfg.start_margin, cfg.rate) * state.reward_scale / (1 - cfg.gamma)
-        scale = state.reward_scale / (1 - cfg.gamma)
-        fresh = returns(slots, cfg.gamma, tail,
-                        slot_values(state.params, slots, scale) if cfg.critic else None, cfg.gae_lambda)
-        rng = np.random.default_rng([cfg.seed, e])
-        stats = rl_update(state, fresh, buffer, cfg, rng) if fresh else {"loss": math.nan, "entropy": math.nan}
-        if cfg.replay:
-            buffer.extend(fresh)
-            del buffer[:max(0, len(buffer) - cfg.replay_size)]
-        state.episode += 1
-        row = {"episode": state.episode, "slots": len(slots), "completed": sim.completed,
-               "reward_per_slot": float(np.mean([s.reward for s in slots])),
-               "restarts": sum(s.restarts for s in slots),
-               "explore": explore, "seconds": time.perf_counter() - t0, **stats}
-        if validation and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
-            row["validation_avg_jct_s"] = evaluate(state.params, validation, config, speed, cfg.window,
-                                                   order=cfg.window_order, start_margin=cfg.start_margin,
-                                                   rate=cfg.rate)
-            state.note_validation(row["validation_avg_jct_s"])
-        state.curve.append(row)
-        if progress:
-            progress(row)
-        if checkpoint and (state.episode % eval_every == 0 or state.episode == cfg.episodes):
-            checkpoint(state)
-    return state
 
 
 def new_params(hidden: int, layers: int, seed: int) -> Params:

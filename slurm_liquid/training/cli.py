@@ -1,4 +1,8 @@
-"""`slurm-liquid policy`: train DL2 (supervised warm-up and/or RL) and inspect policy files."""
+"""`slurm-liquid policy`: train DL2 (supervised warm-up and/or RL) and inspect policy files.
+
+`--rules reference` (default) trains in the Pollux setting on Philly samples; `--rules daemon` trains
+under the daemon's rules (`loop.rules.Rules.daemon`, from `--config`'s [elastic]) on live-replay
+workloads (`sim.livegen.draw`), with the speed room the daemon consults."""
 
 from __future__ import annotations
 
@@ -11,9 +15,14 @@ from pathlib import Path
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2 import rate_of, start_margin_of, window_order_of
 from slurm_liquid.policy.dl2.state import DEFAULT_WINDOW, WINDOW_ORDERS
+from slurm_liquid.policy.registry import TEACHERS as SIMULATED_TEACHERS
 
-TEACHERS = ("drf", "srtf", "srtf-restart", "completion-rate", "fifo", "tiresias", "optimus", "sacct")
+TEACHERS = (*SIMULATED_TEACHERS, "sacct")
 VALIDATION_SEED = 20_000  # Philly sample seeds for RL validation (training draws 10_000+, warm-up 0+)
+# Live-replay workloads under --rules daemon: training draws 100_000+ (warm-up), 105_000+ (DAgger),
+# 110_000+ (RL); validation 2000+ (also the seeds the shipped [elastic] settings were chosen on);
+# 3000+ are held out for reporting only (benchmarks/live/rules.md).
+LIVE_TRAIN_SEED, LIVE_DAGGER_SEED, LIVE_RL_SEED, LIVE_VALIDATION_SEED = 100_000, 105_000, 110_000, 2000
 HELD_OUT_SHARE = 0.15  # of an accounting history's slots, the latest, for measuring agreement
 
 
@@ -31,7 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "change, at a start and at a resize (default: the teacher's own, 8)")
     t.add_argument("--history", metavar="SACCT.json",
                    help="with --teacher sacct: the site's jobs as saved by `sacct --json --allocations --duplicates`")
-    t.add_argument("--restart-penalty", type=float, default=30.0, metavar="S", help="simulated restart cost (default 30)")
+    t.add_argument("--restart-penalty", type=float, default=None, metavar="S",
+                   help="simulated restart cost (default 30; under --rules daemon the live replay's mean, 17)")
+    t.add_argument("--rules", choices=("reference", "daemon"), default="reference",
+                   help="the world DL2 learns in: reference = the Pollux setting on Philly samples (default); daemon = "
+                        "the daemon's rules ([elastic] of --config) on live-replay workloads")
+    t.add_argument("--config", metavar="liquid.toml", help="with --rules daemon: the [elastic] section to train under "
+                                                           "(default: the shipped settings)")
     t.add_argument("--batch-scaling", action="store_true",
                    help="train with jobs that pick their own goodput-best batch (as `simulate --batch-scaling`)")
     t.add_argument("--warmup-workloads", type=int, default=12, metavar="N", help="Philly workloads the teacher runs (default 12)")
@@ -123,18 +138,90 @@ def run(args: argparse.Namespace) -> int:
     return train(args, load_policy)
 
 
+class Worlds:
+    """The worlds one training run steps: its rules, cluster and speed model, and the workload of each
+    seed (Philly samples in the Pollux setting, live-replay draws under the daemon's rules)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from slurm_liquid import config as config_module
+        from slurm_liquid.loop import Rules
+        from slurm_liquid.sim.engine import ClusterConfig
+        from slurm_liquid.sim.live import LIVE_RESTART_S, LIVE_START_S
+
+        self.args = args
+        self.daemon = args.rules == "daemon"
+        if args.config and not self.daemon:
+            raise UsageError("policy train: --config goes with --rules daemon")
+        penalty = args.restart_penalty
+        if penalty is None:
+            penalty = LIVE_RESTART_S if self.daemon else 30.0
+        if penalty < 0:
+            raise UsageError("policy train: --restart-penalty must be >= 0")
+        elastic = config_module.load(args.config).elastic if args.config else config_module.Config().elastic
+        self.rules = Rules.daemon(elastic) if self.daemon else Rules.reference()
+        self.penalty, self.start = penalty, LIVE_START_S
+        self.config = ClusterConfig(nodes=4 if self.daemon else 16, restart_penalty=penalty,
+                                    batch_scaling=args.batch_scaling)
+        self.described = ("live-replay draws (sim.livegen.draw) under the daemon's rules, seeds 100000+"
+                          if self.daemon else
+                          "Philly samples drawn like the Pollux artifact's workloads (sample_philly, other seeds, "
+                          "arrivals compressed to the 160-job load); never the 8 Pollux workloads")
+        if not self.daemon:
+            from slurm_liquid.sim.oracle import OracleSpeedModel
+
+            self._oracle = OracleSpeedModel(self.config.gpus_per_node, self.config.batch_scaling)
+
+    def speed_of(self):
+        """A speed model for one run: the traces' oracle, or a fresh speed room (the daemon's)."""
+        if not self.daemon:
+            return self._oracle
+        from slurm_liquid.speed import MeasuredSpeedModel
+
+        return MeasuredSpeedModel(self.config.gpus_per_node)
+
+    def world(self, seed: int, jobs: int, load: float = 1.0):
+        from slurm_liquid.sim.world import World
+
+        if self.daemon:
+            from slurm_liquid.sim.livegen import draw
+
+            return World.live(draw(seed, 32, 360.0 / load), self.rules, self.penalty, self.start, f"live-{seed}")
+        from slurm_liquid.training import episodes as E
+        from slurm_liquid.sim.workload import sample_philly
+
+        specs = E.philly_workload(seed, jobs) if load == 1.0 else sample_philly(jobs=max(1, round(E.EVAL_JOBS * load)),
+                                                                                 seed=seed)
+        return World.pollux(specs, self.config, f"philly-{seed}")
+
+    def warmup_seed(self, k: int) -> int:
+        return (LIVE_TRAIN_SEED if self.daemon else 0) + self.args.seed * 1000 + k
+
+    def dagger_seed(self, k: int) -> int:
+        return (LIVE_DAGGER_SEED if self.daemon else 5000) + self.args.seed * 1000 + k
+
+    def rl_seed(self, k: int) -> int:
+        return (LIVE_RL_SEED if self.daemon else 10_000) + self.args.seed * 1000 + k
+
+    def rl(self, k: int, jobs: int):
+        return self.world(self.rl_seed(k), jobs)
+
+    def validation(self, count: int, jobs: int) -> dict:
+        first = (LIVE_VALIDATION_SEED if self.daemon else VALIDATION_SEED) + self.args.seed
+        return {f"validation-{s}": self.world(s, jobs) for s in range(first, first + count)}
+
+
 def train(args: argparse.Namespace, load_policy) -> int:
     from slurm_liquid.policy.dl2 import train as T
+    from slurm_liquid.training import episodes as E
     from slurm_liquid.policy.dl2.io import load_arrays, save_policy
     from slurm_liquid.policy.dl2.net import Adam
-    from slurm_liquid.sim.engine import ClusterConfig
-    from slurm_liquid.sim.oracle import OracleSpeedModel
 
-    config = ClusterConfig(restart_penalty=args.restart_penalty, batch_scaling=args.batch_scaling)
-    speed = OracleSpeedModel(config.gpus_per_node, config.batch_scaling)
+    worlds = Worlds(args)
+    config, speed = worlds.config, worlds.speed_of()
     meta: dict = {"window": args.window, "window_order": args.window_order, "hidden": args.hidden,
                   "layers": args.layers, "seed": args.seed,
-                  "restart_penalty": args.restart_penalty, "batch_scaling": args.batch_scaling, "speed": True, "stages": []}
+                  "restart_penalty": config.restart_penalty, "batch_scaling": args.batch_scaling, "speed": True,
+                  "rules": args.rules, "stages": []}
     if args.init:
         params, init_meta = load_policy(args.init)
         meta.update({k: init_meta[k] for k in ("window", "hidden", "layers", "start_margin", "rate_column")
@@ -159,7 +246,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
         if args.teacher == "sacct":
             train_steps, held, source = _history_steps(args.history, config, meta)
         else:
-            train_steps, held, source = _teacher_steps(args, config, speed, meta)
+            train_steps, held, source = _teacher_steps(args, worlds, speed, meta)
         if not train_steps or not held:
             raise UsageError(f"policy train: the {args.teacher} warm-up found no decisions to learn from "
                              f"({len(train_steps)} for training, {len(held)} held out)")
@@ -172,7 +259,7 @@ def train(args: argparse.Namespace, load_policy) -> int:
         if args.curves:
             T.write_curves(res.curve, f"{args.curves}-warmup", f"warm-up on {args.teacher}")
         if args.dagger:
-            _dagger(args, config, speed, meta, params, train_steps, held)
+            _dagger(args, worlds, speed, meta, params, train_steps, held)
             meta["stages"].append(f"{args.dagger} DAgger rounds on {named}{scaling}")
     if args.rl:
         cfg = T.RLConfig(episodes=args.episodes, lr=args.lr or 3e-5, entropy=args.entropy, explore=args.explore,
@@ -203,12 +290,13 @@ def train(args: argparse.Namespace, load_policy) -> int:
                         extra={**st.opt.state(), **({f"best_{k}": v for k, v in st.best[2].items()} if st.best else {})})
 
         # in the checkpoints too, so that a policy exported from an interrupted run says how it was trained
-        meta["training"]["rl"] = {**dataclasses.asdict(cfg), "philly_pool_seeds": [10_000 + cfg.seed * 1000 + k for k in range(cfg.pool)],
+        meta["training"]["rl"] = {**dataclasses.asdict(cfg), "pool_seeds": [worlds.rl_seed(k) for k in range(cfg.pool)],
                                   "reward_definition": {"jct": "-(active jobs + restarts x penalty/interval) per slot",
                                                          "progress": "normalised progress per slot - restart cost"}[cfg.reward]}
-        validation = {f"philly-{s}": T.philly_workload(s, args.validation_jobs)
-                      for s in range(VALIDATION_SEED + args.seed, VALIDATION_SEED + args.seed + args.validation_workloads)}
-        T.train_rl(state, cfg, config, speed, validation, eval_every=args.eval_every, checkpoint=checkpoint, progress=_say)
+        validation = worlds.validation(args.validation_workloads, args.validation_jobs)
+        pool = [worlds.rl(k, cfg.jobs) for k in range(cfg.pool)]
+        E.train_rl(state, cfg, pool, worlds.speed_of, validation, eval_every=args.eval_every, checkpoint=checkpoint,
+                   progress=_say)
         params = state.params
         meta["stages"].append(f"actor-critic RL, {cfg.episodes} episodes{scaling}")
         if state.best is not None and not args.last:
@@ -217,9 +305,8 @@ def train(args: argparse.Namespace, load_policy) -> int:
         meta["training"]["rl"]["reward_scale"] = state.reward_scale
         meta["curve"] = state.curve
         if args.curves:
-            T.write_curves(state.curve, f"{args.curves}-rl", f"RL, restart penalty {args.restart_penalty:g} s")
-    meta["training"]["workloads"] = ("Philly samples drawn like the Pollux artifact's workloads (sample_philly, other seeds, "
-                                     "arrivals compressed to the 160-job load); never the 8 Pollux workloads")
+            T.write_curves(state.curve, f"{args.curves}-rl", f"RL, restart penalty {config.restart_penalty:g} s")
+    meta["training"]["workloads"] = worlds.described
     from slurm_liquid import __version__
 
     meta["slurm_liquid_version"] = __version__
@@ -238,19 +325,20 @@ def make_teacher(args: argparse.Namespace, speed):
     return teacher
 
 
-def _teacher_steps(args: argparse.Namespace, config, speed, meta: dict) -> tuple[list, list, dict]:
-    """A simulated teacher on Philly samples: all but the last two workloads train, those two are held out."""
-    from slurm_liquid.policy.dl2 import train as T
+def _teacher_steps(args: argparse.Namespace, worlds: Worlds, speed, meta: dict) -> tuple[list, list, dict]:
+    """A simulated teacher on its world's workloads: all but the last two train, those two are held out."""
+    from slurm_liquid.training import episodes as E
 
-    seeds = [args.seed * 1000 + k for k in range(args.warmup_workloads + 2)]
-    teacher = make_teacher(args, speed)
+    seeds = [worlds.warmup_seed(k) for k in range(args.warmup_workloads + 2)]
     steps = []
     for k, s in enumerate(seeds):
-        steps.append(T.collect_teacher(T.philly_workload(s, args.jobs), teacher, config, int(meta["window"]), speed,
+        speed = worlds.speed_of()
+        teacher = make_teacher(args, speed)
+        steps.append(E.collect_teacher(worlds.world(s, args.jobs), teacher, int(meta["window"]), speed,
                                        max_slots=args.max_slots, order=meta["window_order"]))
         _say({"stage": "collect", "workload": k + 1, "of": len(seeds), "decisions": len(steps[-1])})
     return ([x for chunk in steps[:-2] for x in chunk], [x for chunk in steps[-2:] for x in chunk],
-            {"philly_seeds": seeds[:-2], "held_out_seeds": seeds[-2:], "jobs": args.jobs})
+            {"seeds": seeds[:-2], "held_out_seeds": seeds[-2:], "jobs": args.jobs})
 
 
 def dagger_loads(text: str) -> list[float]:
@@ -263,31 +351,32 @@ def dagger_loads(text: str) -> list[float]:
     return loads
 
 
-def _dagger(args: argparse.Namespace, config, speed, meta: dict, params, train_steps: list, held: list) -> None:
-    """DAgger rounds after a simulated teacher's warm-up (`train.collect_on_policy`). The samples are
-    Philly workloads at `--dagger-loads` (seeds 5000 on, apart from the warm-up's), so the student also
-    meets the crowded states of loads above the training one."""
+def _dagger(args: argparse.Namespace, worlds: Worlds, speed, meta: dict, params, train_steps: list, held: list) -> None:
+    """DAgger rounds after a simulated teacher's warm-up (`episodes.collect_on_policy`). The samples are
+    workloads at `--dagger-loads` (seeds apart from the warm-up's), so the student also meets the
+    crowded states of loads above the training one."""
     from slurm_liquid.policy.dl2 import train as T
     from slurm_liquid.policy.dl2.agent import DL2Policy
-    from slurm_liquid.sim.workload import sample_philly
+    from slurm_liquid.training import episodes as E
 
     loads = dagger_loads(args.dagger_loads)
-    teacher = make_teacher(args, speed)
     seeds = []
     res = None
     for r in range(args.dagger):
-        student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"],
-                            start_margin=start_margin_of(meta), rate=rate_of(meta))
         for k, load in enumerate(loads):
-            seed = 5000 + args.seed * 1000 + r * len(loads) + k
+            speed = worlds.speed_of()
+            teacher = make_teacher(args, speed)
+            student = DL2Policy(params, window=int(meta["window"]), speed=speed, order=meta["window_order"],
+                                start_margin=start_margin_of(meta), rate=rate_of(meta))
+            seed = worlds.dagger_seed(r * len(loads) + k)
             seeds.append(seed)
-            found = T.collect_on_policy(sample_philly(jobs=max(1, round(T.EVAL_JOBS * load)), seed=seed), student,
-                                        teacher, config, int(meta["window"]), speed, order=meta["window_order"])
+            found = E.collect_on_policy(worlds.world(seed, args.jobs, load), student, teacher, int(meta["window"]),
+                                        speed, order=meta["window_order"])
             train_steps = train_steps + found
             _say({"stage": "dagger", "round": r + 1, "load": load, "decisions": len(found)})
         res = T.supervised(params, train_steps, held, epochs=max(1, args.warmup_epochs // 2), lr=args.lr or 1e-3,
                            seed=args.seed + r + 1, progress=_say)
-    meta["training"]["dagger"] = {"rounds": args.dagger, "loads": loads, "philly_seeds": seeds,
+    meta["training"]["dagger"] = {"rounds": args.dagger, "loads": loads, "seeds": seeds,
                                   "decisions": len(train_steps),
                                   "held_out_agreement": res.curve[-1]["held_out_agreement"] if res and res.curve else None}
 
