@@ -41,10 +41,13 @@ JOBS = [
 ]
 
 
-# Elastic jobs: the CPU stand-in trainer takes as long per step as ResNet-18 on CIFAR-10 did on the GPUs
-# it holds (measured traces), checkpoints on SIGUSR1 and resumes after each resize.
+# Elastic jobs: the CPU stand-in trainer takes as long per step as ResNet-50 on ImageNet did on the GPUs
+# it holds (measured traces), checkpoints on SIGUSR1 and resumes after each resize. Two minutes on one GPU
+# and 65 s on two: long enough that growing them pays for the requeue DL2 prices in (a minute-long
+# cifar10 job gains less than its restart from a second GPU, and DL2 rightly leaves it alone).
+ELASTIC_SPEC = "#LIQUID model=resnet50 batch-size=200 elastic=1:8 signal=USR1@15"
 ELASTIC_BODY = ("trap '' USR1\n/opt/slurm-liquid/bin/python /opt/slurm-liquid/examples/elastic/standin_trainer.py "
-                "--app cifar10 --steps 1500 --batch-size 128 --speedup 2 --checkpoint-dir /shared/checkpoints "
+                "--app imagenet --steps 520 --batch-size 200 --speedup 4 --checkpoint-dir /shared/checkpoints "
                 "--report-interval 1")
 ELASTIC = [("elastic-a", "alice"), ("elastic-b", "bob")]
 
@@ -130,23 +133,32 @@ def main() -> int:
 
 
 def elastic(container: str, client, timeout: float) -> int:
-    print("\nElastic jobs (#LIQUID elastic=1:8): the daemon's DL2 policy resizes them every slot on the idle cluster")
+    return 0 if elastic_rows(container, client, timeout) is not None else 1
+
+
+def elastic_rows(container: str, client, timeout: float) -> list[tuple[int, str, int, int, str]] | None:
+    """Two elastic jobs through the daemon's slot; prints and returns (job, name, restarts, GPUs at the
+    end, resizes) per job, None if they did not finish in time."""
+    print("\nElastic jobs (#LIQUID elastic=1:8): the daemon's DL2 policy re-decides their GPUs every slot")
     ids = {}
     for name, user in ELASTIC:
         job_id, _ = submit(container, name, user, "directives", ["--gres=gpu:1", "--requeue"],
-                           "#LIQUID model=resnet18 batch-size=128 elastic=1:8 signal=USR1@15", ELASTIC_BODY)
+                           ELASTIC_SPEC, ELASTIC_BODY)
         ids[job_id] = name
         print(f"  {user}$ sbatch --gres=gpu:1 --requeue  [elastic=1:8]  -> job {job_id}")
     done = wait_finished(client, ids, timeout)
     if done is None:
-        return 1
+        return None
     print(f"  {'job':>4}  {'name':10} {'state':9} {'restarts':>8} {'GPUs at the end':>15}  {'JCT':>5}  resized")
+    rows = []
     for job in sorted(done, key=lambda j: j.job_id):
         record = Record.parse(job.comment)
+        resized = (record.get("resized") if record else None) or "-"
         jct = (job.end_time - job.submit_time).total_seconds()
         print(f"  {job.job_id:>4}  {ids[job.job_id]:10} {job.state:9} {job.restarts:>8} {job.gpus:>15}  {jct:>4.0f}s  "
-              f"{record.get('resized') if record else ''}")
-    return 0
+              f"{resized}")
+        rows.append((job.job_id, ids[job.job_id], job.restarts, job.gpus, resized))
+    return rows
 
 
 if __name__ == "__main__":

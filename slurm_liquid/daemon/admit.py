@@ -22,67 +22,30 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Callable, Mapping
 
 import hostlist
 
 from slurm_liquid.config import Config
-from slurm_liquid.daemon.pins import pin_lapsed, promised
+from slurm_liquid.daemon.free import free_state, stranded, take_shards, taken_by
+from slurm_liquid.daemon.pins import pin_lapsed
+from slurm_liquid.daemon.quarantine import PassReport, Quarantine
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
 from slurm_liquid.ledger.placed import format_placed
 from slurm_liquid.loop.place import slurm_shapes
 from slurm_liquid.loop.rules import narrower_counts, wider_start
-from slurm_liquid.placement import ClusterState, Placement, PlacementRequest
-from slurm_liquid.placement.base import NodeState
+from slurm_liquid.placement import Placement, PlacementRequest
 from slurm_liquid.placement.factory import make_placer
 from slurm_liquid.placement.index import TreeIndex
-from slurm_liquid.placement.slurm_rules import JobViews, per_gpu
+from slurm_liquid.placement.slurm_rules import JobViews
 from slurm_liquid.slurm import Job, Node, SlurmClient, SlurmError
 from slurm_liquid.staging.predict import StagingHints
 from slurm_liquid.topology import Topology
 
 log = logging.getLogger(__name__)
-QUARANTINE_S = (30.0, 600.0)       # a job whose handling failed is left alone this long, doubling
-
-
-@dataclass
-class PassReport:
-    placed: dict[int, str] = field(default_factory=dict)      # job -> where
-    waiting: list[int] = field(default_factory=list)
-    renewed: list[int] = field(default_factory=list)
-    released: list[int] = field(default_factory=list)         # held too long: Slurm's scheduler takes it
-    annotated: list[int] = field(default_factory=list)        # shadow records, lapsed holds, unpinned
-    errors: list[str] = field(default_factory=list)
-    failed: dict[int, str] = field(default_factory=dict)      # job -> the error its handling raised
-    skipped: dict[int, str] = field(default_factory=dict)     # job -> why it was left alone this pass
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.placed or self.released or self.annotated)
-
-
-class Quarantine:
-    """Jobs whose handling raised: skipped for a while that doubles with each failure (not retried hot)."""
-
-    def __init__(self, now: Callable[[], float]):
-        self.now = now
-        self._until: dict[int, tuple[float, float, str]] = {}
-
-    def why(self, job_id: int) -> str | None:
-        entry = self._until.get(job_id)
-        return entry[2] if entry and self.now() < entry[0] else None
-
-    def add(self, job_id: int, reason: str) -> None:
-        low, high = QUARANTINE_S
-        previous = self._until.get(job_id)
-        wait = min(previous[1] * 2, high) if previous else low
-        self._until[job_id] = (self.now() + wait, wait, reason)
-        if len(self._until) > 10_000:   # bounded: forget the oldest
-            for key in sorted(self._until, key=lambda k: self._until[k][0])[:1000]:
-                del self._until[key]
 
 
 class Admitter:
@@ -120,12 +83,12 @@ class Admitter:
         self._widest = max((n.gpus for n in nodes.values()), default=1)
         # every GPU job waiting, held by us or not (plain jobs, requeued ones waiting for their restart)
         self._pending_gpu_jobs = sum(1 for j in jobs if j.is_pending and (j.gpus > 0 or j.shards > 0))
-        state = self._free_state(nodes.values(), jobs)
+        state = free_state(nodes.values(), jobs, self.now(), self.config, self.promised())
         # each job's view of the nodes (Slurm's rules as a filter), kept current as the pass takes GPUs
         views = JobViews(nodes, state, TreeIndex.of(self.topology))
         tagged = [(j, t) for j in jobs for t in [Tag.parse(j.admin_comment)] if t is not None]
         self._stranded = {j.job_id for j, t in tagged if t.state == TagState.PLACED and j.is_pending
-                          and not j.held and _stranded(j, nodes)}
+                          and not j.held and stranded(j, nodes)}
         held = []
         for job, tag in tagged:
             why = self.quarantine.why(job.job_id)
@@ -213,7 +176,7 @@ class Admitter:
         where = view.shard_node(job.shards) if not view.unreadable else None
         if where:
             self._start(job, {where: 0}, None, report, shards=job.shards)
-            views.update(self._take_shards(views.state, nodes, where, job.shards), [where])
+            views.update(take_shards(views.state, nodes, where, job.shards), [where])
         elif view.unreadable:
             self._start(job, None, view.reason, report)
             report.released.append(job.job_id)
@@ -261,7 +224,7 @@ class Admitter:
             self._wait(job, age, report)
             return
         self._start(job, dict(proposal.nodes), None, report)
-        views.update(_taken(views.state, job, proposal.nodes), proposal.nodes)
+        views.update(taken_by(views.state, job, proposal.nodes), proposal.nodes)
 
     def _narrower(self, job: Job, request: PlacementRequest, view, placer, age: float) -> Placement | None:
         """An elastic job (`#LIQUID elastic=MIN:MAX`, from the spec it is placed with) that cannot start
@@ -397,27 +360,6 @@ class Admitter:
         self._write(job, tag.to(TagState.SHADOWED, extra={"would": would}), record, report)
         report.annotated.append(job.job_id)
 
-    # ------------------------------------------------------------ what is free
-
-    def _free_state(self, nodes: Iterable[Node], jobs: Iterable[Job]) -> ClusterState:
-        """Free GPUs, less those promised to jobs this daemon pinned that Slurm has not run yet, and to
-        resizes in flight (`daemon/pins.py`: until the pin lapses)."""
-        nodes = list(nodes)
-        state = ClusterState.from_nodes(nodes)
-        taken = promised(jobs, {n.name: n for n in nodes}, self.now(), self.config, self.promised())
-        if not taken:
-            return state
-        return ClusterState({name: replace(n, gpus_free=max(n.gpus_free - taken.get(name, 0), 0))
-                             for name, n in state.nodes.items()})
-
-    def _take_shards(self, state: ClusterState, nodes: Mapping[str, Node], name: str, shards: int) -> ClusterState:
-        node = nodes[name]
-        per_gpu = node.shards // node.gpus if node.gpus else 1   # Slurm spreads shards evenly over GPUs
-        before = math.ceil(node.shards_alloc / max(per_gpu, 1))
-        after = math.ceil((node.shards_alloc + shards) / max(per_gpu, 1))
-        current = state.nodes[name]
-        return ClusterState({**state.nodes, name: replace(current, gpus_free=max(current.gpus_free - (after - before), 0))})
-
     # ------------------------------------------------------------ records
 
     def _record(self, job: Job) -> Record:
@@ -445,21 +387,3 @@ class Admitter:
             self._records.clear()
         self._records[job.job_id] = record
         return record
-
-
-def _taken(state: ClusterState, job: Job, nodes: Mapping[str, int]) -> ClusterState:
-    """The state after `job` took `nodes`: GPUs, and the CPUs and memory that feed them."""
-    cpus_per_gpu, mem_per_gpu = per_gpu(job)
-    out = dict(state.nodes)
-    for name, gpus in nodes.items():
-        node: NodeState = out[name]
-        cpus, mem = math.ceil(cpus_per_gpu * gpus), math.ceil(mem_per_gpu * gpus)
-        out[name] = replace(node, gpus_free=max(node.gpus_free - gpus, 0),
-                            cpus_free=None if node.cpus_free is None else max(node.cpus_free - cpus, 0),
-                            mem_free_mib=None if node.mem_free_mib is None else max(node.mem_free_mib - mem, 0))
-    return ClusterState(out)
-
-
-def _stranded(job: Job, nodes: Mapping[str, Node]) -> bool:
-    """A pending job pinned (ReqNodeList) to a node that cannot take work now."""
-    return any(name in nodes and not nodes[name].available for name in job.required_nodes)

@@ -23,7 +23,7 @@ daemon`: no copy of a rule lives anywhere else. Which job's view carries which h
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from slurm_liquid.loop.place import Shape
 from slurm_liquid.views import ClusterView, Decision, JobView, Policy

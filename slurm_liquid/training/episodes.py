@@ -62,6 +62,17 @@ class Planned:
         return Decision.resize(view, counts_of(self.plan, len(view.jobs)))
 
 
+def teacher_slot(view: ClusterView, teacher: Policy, place=None) -> tuple[list, list[tuple[int, int]] | None]:
+    """The teacher's placed actions for one view under the artifact's placement (or `place`), and its plan
+    (its steps in order) if it has one: one slot of the Pollux setting, for a look at a single decision."""
+    from slurm_liquid.loop import PlaceStage
+    from slurm_liquid.placement.greedy import MostFreeGreedy
+
+    planned = Planned(teacher)
+    decision = planned.decide(view)
+    return (place or PlaceStage(MostFreeGreedy())).place(view, decision), planned.plan
+
+
 def _labels(view: ClusterView, done: Round, teacher: Policy, planned: Planned | None, window: int,
             speed: SpeedModel | None, order: str, penalty: float) -> list[Step]:
     shortest_first = getattr(teacher, "name", "") in SHORTEST_FIRST

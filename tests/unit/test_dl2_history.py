@@ -10,7 +10,11 @@ import pytest
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.dl2.history import history_jobs, history_slots, load_history, node_capacity
-from slurm_liquid.policy.dl2.train import ARTIFACT_PLACE, agreement, imitation_steps, new_params, supervised, teacher_counts
+from slurm_liquid.loop import PlaceStage
+from slurm_liquid.placement.greedy import MostFreeGreedy
+from slurm_liquid.policy.dl2.train import agreement, imitation_steps, new_params, supervised, teacher_counts
+
+ARTIFACT_PLACE = PlaceStage(MostFreeGreedy())
 from slurm_liquid.ledger import Record
 from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.slurm.models import Job

@@ -6,7 +6,11 @@ import pytest
 from slurm_liquid.policy import make_policy
 from slurm_liquid.views import ClusterView, JobView, NodeView
 from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
-from slurm_liquid.policy.dl2.train import ARTIFACT_PLACE, teacher_counts
+from slurm_liquid.loop import PlaceStage
+from slurm_liquid.placement.greedy import MostFreeGreedy
+from slurm_liquid.policy.dl2.train import teacher_counts
+
+ARTIFACT_PLACE = PlaceStage(MostFreeGreedy())
 from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 
@@ -190,7 +194,8 @@ def test_restart_aware_imitation_gives_a_running_job_back_what_it_holds_before_t
 
 
 def test_rate_imitation_follows_the_completion_rate_plan_and_reproduces_its_counts():
-    from slurm_liquid.policy.dl2.train import imitation_steps, teacher_slot
+    from slurm_liquid.policy.dl2.train import imitation_steps
+    from slurm_liquid.training.episodes import teacher_slot
     from slurm_liquid.policy.rate import counts_of
 
     sim = Simulator(small_workload(5, jobs=14, gap=20), CONFIG)

@@ -9,21 +9,30 @@ import pytest
 from slurm_liquid.policy import make_policy
 from slurm_liquid.policy.dl2.agent import DL2Policy
 from slurm_liquid.policy.dl2.net import Adam
-from slurm_liquid.policy.dl2.train import (RLConfig, TrainState, agreement, collect_teacher, new_params,
-                                           policy_weights, returns, supervised, train_rl)
+from slurm_liquid.loop import PlaceStage
+from slurm_liquid.placement.greedy import MostFreeGreedy
+from slurm_liquid.policy.dl2.train import (RLConfig, TrainState, agreement, new_params, policy_weights, returns,
+                                           supervised, teacher_counts)
 from slurm_liquid.sim.engine import Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
+from slurm_liquid.sim.world import World
+from slurm_liquid.training.episodes import collect_on_policy, collect_teacher, rollout, train_rl
 
 from .dl2_fixtures import CONFIG, small_workload
 
 SPEED = OracleSpeedModel(4)
+ARTIFACT_PLACE = PlaceStage(MostFreeGreedy())
+
+
+def world(specs) -> World:
+    return World.pollux(specs, CONFIG)
 
 
 @pytest.fixture(scope="module")
 def warm():
     drf = make_policy("drf")
-    train = [s for seed in range(3) for s in collect_teacher(small_workload(seed), drf, CONFIG, 32, SPEED, max_slots=60)]
-    held = [s for seed in (100, 101) for s in collect_teacher(small_workload(seed), drf, CONFIG, 32, SPEED, max_slots=60)]
+    train = [s for seed in range(3) for s in collect_teacher(world(small_workload(seed)), drf, 32, SPEED, max_slots=60)]
+    held = [s for seed in (100, 101) for s in collect_teacher(world(small_workload(seed)), drf, 32, SPEED, max_slots=60)]
     params = new_params(32, 2, seed=0)
     before = agreement(params, held)
     result = supervised(params, train, held, epochs=12, lr=3e-3, batch_size=64, seed=0)
@@ -75,15 +84,9 @@ def _rl(episodes, state=None, **kw):
     if state is None:
         params = new_params(8, 2, seed=1)
         state = TrainState(params, Adam(params, lr=cfg.lr))
-    validation = {"v": small_workload(300, jobs=4)}
-    import slurm_liquid.policy.dl2.train as T
-
-    original = T.philly_workload
-    T.philly_workload = lambda seed, jobs=6, **_: small_workload(seed, jobs=jobs)
-    try:
-        return train_rl(state, cfg, CONFIG, SPEED, validation, eval_every=2)
-    finally:
-        T.philly_workload = original
+    validation = {"v": world(small_workload(300, jobs=4))}
+    pool = [world(small_workload(10_000 + cfg.seed * 1000 + k, jobs=cfg.jobs)) for k in range(cfg.pool)]
+    return train_rl(state, cfg, pool, lambda: SPEED, validation, eval_every=2)
 
 
 def test_rl_is_deterministic_given_its_seed():
@@ -127,11 +130,9 @@ def test_greedy_policy_is_deterministic():
 
 
 def test_jct_reward_is_minus_active_jobs_and_restart_delay():
-    from slurm_liquid.policy.dl2.train import rollout
-
     specs = small_workload(11, jobs=4)
     policy = DL2Policy(new_params(8, 2, seed=3), window=8, speed=SPEED, sample=True, seed=1)
-    slots, last = rollout(policy, Simulator(specs, CONFIG), weight=1.0, max_slots=20, reward="jct")
+    slots, last, _ = rollout(policy, world(specs), weight=1.0, max_slots=20, reward="jct", speed=SPEED)
     assert len(slots) == 20 and last is not None
     for slot in slots:
         active_part = -slot.reward - slot.restarts * CONFIG.restart_penalty / CONFIG.interval
@@ -149,14 +150,13 @@ def test_shipped_policies_load_and_match_the_restart_penalty():
 
 
 def test_dagger_labels_the_states_the_student_reaches_with_the_teachers_counts():
-    from slurm_liquid.policy.dl2.train import collect_on_policy, teacher_counts, ARTIFACT_PLACE
     from slurm_liquid.policy.dl2.state import SlotState
 
     specs = small_workload(7, jobs=12, gap=30)
     srtf = make_policy("srtf", SPEED)
     student = DL2Policy(new_params(32, 1, seed=3), window=32, speed=SPEED)  # untrained: far from the teacher
-    steps = collect_on_policy(specs, student, srtf, CONFIG, 32, SPEED, max_slots=30)
-    own = collect_teacher(specs, srtf, CONFIG, 32, SPEED, max_slots=30)
+    steps = collect_on_policy(world(specs), student, srtf, 32, SPEED, max_slots=30)
+    own = collect_teacher(world(specs), srtf, 32, SPEED, max_slots=30)
     assert steps and own
     assert any(a.x.shape != b.x.shape or not np.array_equal(a.x, b.x) for a, b in zip(steps, own))  # the student's states
     # each slot's labels lead to the teacher's counts for the student's view: replay the first slot
@@ -252,7 +252,7 @@ def test_a_file_taught_by_the_completion_rate_teacher_reads_the_rate_column(tmp_
 def test_the_teacher_margin_is_the_teachers_and_the_files_and_is_checked(tmp_path, capsys):
     from slurm_liquid.cli import main
     from slurm_liquid.policy.dl2 import make_dl2
-    from slurm_liquid.policy.dl2.cli import make_teacher
+    from slurm_liquid.training.cli import make_teacher
     from slurm_liquid.policy.dl2.io import load_policy
 
     out = tmp_path / "m1.npz"

@@ -83,3 +83,92 @@ def test_the_simulator_and_the_daemon_share_one_loop() -> None:
     assert "slurm_liquid.loop.core" in closure("slurm_liquid.sim.backend")
     assert "slurm_liquid.loop.core" in closure("slurm_liquid.daemon.elastic")
     assert "slurm_liquid.sim.backend" in closure("slurm_liquid.sim.engine")
+
+
+# The rooms that schedule, bottom to top: a module imports its own floor and those below, never above.
+# The ground-floor types (`slurm_liquid.views`) sit under all of them; the daemon stands beside the
+# simulator on the loop, and never reaches it (above).
+LAYERS = ("slurm_liquid.speed", "slurm_liquid.policy", "slurm_liquid.loop", "slurm_liquid.sim", "slurm_liquid.training")
+
+
+def runtime_imports(module: str) -> frozenset[str]:
+    """`imports`, less those under `if TYPE_CHECKING:` (types for annotations, never run)."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            typing_only.update(id(n) for child in node.body for n in ast.walk(child))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only or not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [base] + [f"{base}.{a.name}" for a in node.names]
+        for name in names:
+            if name in MODULES and name != module:
+                found.add(name)
+            elif name.rpartition(".")[0] in MODULES and name.rpartition(".")[0] != module:
+                found.add(name.rpartition(".")[0])
+    return frozenset(found)
+
+
+def layer(module: str) -> int | None:
+    for i, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + "."):
+            return i
+    return None
+
+
+def test_no_room_imports_a_room_above_it() -> None:
+    upward = []
+    for module in MODULES:
+        own = layer(module)
+        if own is None:
+            continue
+        for target in imports(module):
+            other = layer(target)
+            if other is not None and other > own:
+                upward.append(f"{module} -> {target}")
+    assert not upward, upward
+
+
+def test_the_daemon_stands_on_the_loop_not_on_the_simulator_or_training() -> None:
+    for module in (m for m in MODULES if m.startswith("slurm_liquid.daemon")):
+        assert not [m for m in imports(module) if layer(m) is not None and layer(m) > LAYERS.index("slurm_liquid.loop")], module
+
+
+def test_the_scheduling_rooms_have_no_import_cycle() -> None:
+    rooms = [m for m in MODULES if layer(m) is not None or m.startswith("slurm_liquid.daemon")]
+    graph = {m: {t for t in runtime_imports(m) if t in rooms and not (m.startswith(t + ".") and MODULES[t].name == "__init__.py")}
+             for m in rooms}
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def visit(m: str, path: list[str]) -> bool:
+        state[m] = 1
+        for t in sorted(graph[m]):
+            if state.get(t) == 1:
+                cycle.extend(path[path.index(t):] + [t] if t in path else [m, t])
+                return True
+            if t not in state and visit(t, path + [t]):
+                return True
+        state[m] = 2
+        return False
+
+    for m in sorted(rooms):
+        if m not in state and visit(m, [m]):
+            break
+    assert not cycle, " -> ".join(cycle)
+
+
+def test_the_scheduling_rooms_are_short_modules() -> None:
+    long = {m: n for m, p in MODULES.items() if (layer(m) is not None or m.startswith("slurm_liquid.daemon"))
+            and (n := len(p.read_text().splitlines())) > 400}
+    assert not long, long

@@ -8,18 +8,16 @@ from __future__ import annotations
 import json
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from slurm_liquid.views import ClusterView, Decision, Policy, SpeedModel, changed
-from slurm_liquid.policy.dl2.agent import DEFAULT_WINDOW, DL2Policy, Slot, Step
+from slurm_liquid.views import ClusterView, Policy, SpeedModel, changed
+from slurm_liquid.policy.dl2.agent import DEFAULT_WINDOW, Slot, Step
 from slurm_liquid.policy.dl2.net import Adam, Params, forward, init_params, loss_and_grads
 from slurm_liquid.policy.dl2.state import FEATURES, SlotState, target_sequence
-from slurm_liquid.policy.rate import counts_of
 
 log = logging.getLogger(__name__)
 
