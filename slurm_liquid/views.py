@@ -22,6 +22,9 @@ from typing import Iterable, Mapping, Protocol, Sequence
 from slurm_liquid.placement.base import ClusterState, NodeState
 
 Allocation = tuple[tuple[str, int], ...]
+# The Pollux artifact's restart penalty (seconds lost on every start and restart): the simulator's,
+# training's and a view's default; the daemon's is `[elastic] restart_penalty_s`.
+REFERENCE_RESTART_PENALTY_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,7 @@ class ClusterView:
     now: float
     nodes: tuple[NodeView, ...]
     jobs: tuple[JobView, ...]  # active jobs in submission order (ties keep input order)
-    restart_penalty_s: float = 30.0
+    restart_penalty_s: float = REFERENCE_RESTART_PENALTY_S
 
     @property
     def total_gpus(self) -> int:

@@ -69,7 +69,7 @@ def main() -> int:
     out = {"restart_penalty": args.penalty, "batch_scaling": args.batch_scaling, "workloads": sorted(workloads), "policies": {}}
     if args.bound:
         sys.path.insert(0, str(Path(__file__).parent))
-        from bound import lp_bound
+        from slurm_liquid.sim.bound import lp_bound
 
         per = {name: lp_bound(specs, config) for name, specs in workloads.items()}
         out["lp_bound"] = {"avg_jct_s": statistics.fmean(per.values()), "workloads": per}

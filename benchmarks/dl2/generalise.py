@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bound import lp_bound  # noqa: E402
+from slurm_liquid.sim.bound import lp_bound  # noqa: E402
 from reference import REFERENCES as ORACLES  # noqa: E402
 
 from slurm_liquid.errors import LiquidError  # noqa: E402

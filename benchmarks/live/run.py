@@ -6,7 +6,9 @@
         --out-dir benchmarks/live/runs
     python benchmarks/live/run.py --smoke ...      # 4 jobs at half their steps, a few minutes per arm
 
-Arms (the daemon restarted with the arm's policy before each):
+Arms (the daemon restarted with the arm's policy before each, under the shipped [elastic] settings:
+the test cluster's liquid.toml with its [elastic] rules replaced by etc/slurm/liquid.toml's, so that
+the live numbers are those a site gets; `--elastic cluster` keeps the test cluster's):
 
 - plain:  jobs submitted without opting in (no #LIQUID line): plain Slurm, its own placement;
 - liquid: opted in and rigid (`elastic=G:G`: never a share of a GPU, never resized), Liquid placement
@@ -39,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from workload import smoke as smoke_workload  # noqa: E402
+from slurm_liquid.sim.livegen import smoke as smoke_workload  # noqa: E402
 
 from slurm_liquid.config import Config  # noqa: E402
 from slurm_liquid.errors import LiquidError  # noqa: E402
@@ -55,8 +57,32 @@ PROGRESS = "/shared/slurm-liquid/progress"
 ARMS = ("plain", "liquid", "drf", "dl2")
 GPUS = 16   # the test cluster: 4 nodes x 4 GPUs
 POLICY = {"plain": "static", "liquid": "static", "drf": "drf", "dl2": "dl2"}
-PAYBACK = Config().elastic.payback   # the shipped one
-START_WIDER = Config().elastic.start_wider   # the shipped one
+PAYBACK = None   # the shipped one: each policy's own guard
+SHIPPED = REPO / "etc" / "slurm" / "liquid.toml"
+RULE_KEYS = ("slot_s", "restart_penalty_s", "min_change_interval_s", "max_changes_per_hour", "payback", "start_wider")
+LIVE_CONFIG = "/shared/live/liquid.toml"
+
+
+def with_shipped_elastic(text: str) -> str:
+    """The cluster's liquid.toml with its [elastic] rules (RULE_KEYS) replaced by the shipped file's."""
+    shipped = {k: v for k, v in vars(Config().elastic).items() if k in RULE_KEYS and v is not None}
+    shipped_text = SHIPPED.read_text()
+    import tomllib
+
+    shipped.update({k: v for k, v in tomllib.loads(shipped_text).get("elastic", {}).items() if k in RULE_KEYS})
+    out, section = [], ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            section = stripped
+            out.append(line)
+            if section == "[elastic]":
+                out += [f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in shipped.items()]
+            continue
+        if section == "[elastic]" and stripped.split("=")[0].strip() in RULE_KEYS:
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
 EVENT = re.compile(r"^standin-trainer: event=(\S+) t=([0-9.]+)(.*)$")
 WRITER = ("import json, os, sys\n"
           "for path, text in json.load(sys.stdin).items():\n"
@@ -102,13 +128,14 @@ class Live:
                 raise SystemExit(f"run: jobs of alice/bob still in the queue {timeout:.0f} s after scancel")
             time.sleep(3)
 
-    def restart_daemon(self, policy: str, payback: float = PAYBACK) -> None:
+    def restart_daemon(self, policy: str, payback: float | None = PAYBACK, elastic: str = "shipped") -> None:
         self.exec("entrypoint.sh", "daemon-stop", check=False)
-        # The shipped payback (a change must save its restart twice over), or the one asked for, and the
-        # shipped start rule, whatever the test cluster's file says.
-        wider = "--start-wider" if START_WIDER else "--no-start-wider"
-        self.exec("entrypoint.sh", "daemon-start", "--policy", policy, "--payback", f"{payback:g}", wider,
-                  timeout=60)
+        argv = ["--policy", policy] + (["--payback", f"{payback:g}"] if payback is not None else [])
+        if elastic == "shipped":   # the shipped [elastic] rules, whatever the test cluster's file says
+            text = with_shipped_elastic(self.exec("cat", "/etc/slurm/liquid.toml").stdout)
+            self.exec("python3", "-c", "import sys; open(sys.argv[1], 'w').write(sys.argv[2])", LIVE_CONFIG, text)
+            argv = ["--config", LIVE_CONFIG, *argv]
+        self.exec("entrypoint.sh", "daemon-start", *argv, timeout=60)
 
 
 def job_files(arm: str, job: dict, steps: int) -> tuple[dict[str, str], list[str]]:
@@ -158,14 +185,15 @@ def submit(live: Live, arm: str, job: dict, argv: list[str], attempts: int = 3) 
     raise AssertionError("unreachable")
 
 
-def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float, payback: float = PAYBACK) -> dict:
+def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float, payback: float | None = PAYBACK,
+            elastic: str = "shipped") -> dict:
     jobs = (smoke_workload(workload) if smoke else workload)["jobs"]
     steps = {j["name"]: j["steps"] for j in jobs}
     say(f"arm {arm}: draining the queue, cleaning {BASE}/{arm}, daemon --policy {POLICY[arm]}")
     live.exec("entrypoint.sh", "daemon-stop", check=False)
     live.drain()
     argvs = prepare(live, arm, jobs, steps)
-    live.restart_daemon(POLICY[arm], payback)
+    live.restart_daemon(POLICY[arm], payback, elastic)
     order = sorted(jobs, key=lambda j: j["arrival_s"])
     ids: dict[str, int] = {}
     t0 = time.time()
@@ -201,7 +229,7 @@ def run_arm(live: Live, arm: str, workload: dict, smoke: bool, timeout: float, p
         live.drain()
     live.exec("entrypoint.sh", "daemon-stop", check=False)
     result = measure(live, arm, order, ids, t0, steps)
-    result.update(complete=complete, smoke=smoke, timeout_s=timeout, payback=payback)
+    result.update(complete=complete, smoke=smoke, timeout_s=timeout, payback=payback, elastic=elastic)
     return result
 
 
@@ -332,8 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, help="seconds per arm (default 1500; --smoke 480)")
     parser.add_argument("--force", action="store_true", help="run arms whose result file exists already")
     parser.add_argument("--payback", type=float, default=PAYBACK, metavar="F",
-                        help=f"the daemon's [elastic] payback for the elastic arms (default: the shipped {PAYBACK:g}; "
-                             "0: every change the policy asks for, unweighed, as the DL2 paper's arms run)")
+                        help="override the daemon's [elastic] payback for the elastic arms (default: the shipped rule, "
+                             "each policy's own guard; 0: every change the policy asks for)")
+    parser.add_argument("--elastic", choices=("shipped", "cluster"), default="shipped",
+                        help="the daemon's [elastic] rules: shipped = etc/slurm/liquid.toml's (default), cluster = the "
+                             "test cluster's (containers/slurm/liquid.toml: 15 s slots)")
     parser.add_argument("--remeasure", action="store_true",
                         help="run nothing: read sacct and the trainers' output again for the jobs of the "
                              "existing result files (while the cluster still has them)")
@@ -347,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         assert isinstance(workload.get("jobs"), list) and workload["jobs"]
     except (OSError, ValueError, AssertionError) as exc:
         parser.error(f"--workload {args.workload}: not a workload file from workload.py ({exc})")
-    if not 0 <= args.payback <= 100:
+    if args.payback is not None and not 0 <= args.payback <= 100:
         parser.error(f"--payback {args.payback:g}: give a factor from 0 to 100")
     timeout = args.timeout or (480.0 if args.smoke else 1500.0)
     args.out_dir.mkdir(parents=True, exist_ok=True)
@@ -363,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"arm {arm}: {out} exists, skipped (--force reruns it)")
             continue
         t = time.monotonic()
-        result = run_arm(live, arm, workload, args.smoke, timeout, args.payback)
+        result = run_arm(live, arm, workload, args.smoke, timeout, args.payback, args.elastic)
         result["wall_s"] = round(time.monotonic() - t, 1)
         out.write_text(json.dumps(result, indent=1) + "\n")
         ok &= bool(result.get("complete"))

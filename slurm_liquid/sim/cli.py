@@ -209,13 +209,14 @@ def run(args: argparse.Namespace) -> int:
     from slurm_liquid.sim.engine import ClusterConfig
     from slurm_liquid.loop import Shape
     from slurm_liquid.sim.runner import make_placer, run_all, summarise
+    from slurm_liquid.views import REFERENCE_RESTART_PENALTY_S
 
     policies = _policies(args.policy)
     rules = _rules(args, live=False)
     label, workloads = _workloads(args)
     try:
         config = ClusterConfig(nodes=args.nodes, gpus_per_node=args.gpus_per_node, interval=args.interval,
-                               restart_penalty=30.0 if args.restart_penalty is None else args.restart_penalty,
+                               restart_penalty=args.restart_penalty if args.restart_penalty is not None else REFERENCE_RESTART_PENALTY_S,
                                nodes_per_switch=args.nodes_per_switch,
                                cross_switch_slowdown=args.cross_switch_slowdown, interference=args.interference,
                                elastic=not args.rigid, batch_scaling=args.batch_scaling)

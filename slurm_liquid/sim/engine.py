@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.views import Action, ClusterView, JobView, NodeView, Policy, SpeedModel
+from slurm_liquid.views import (REFERENCE_RESTART_PENALTY_S, Action, ClusterView, JobView, NodeView, Policy,
+                                SpeedModel)
 from slurm_liquid.sim.apps import load_app
 from slurm_liquid.sim.job import SimJob
 from slurm_liquid.sim.oracle import isolated_runtime
@@ -41,7 +42,7 @@ class ClusterConfig:
     nodes: int = 16
     gpus_per_node: int = 4
     interval: float = 60.0
-    restart_penalty: float = 30.0  # seconds lost on every (re)start; a Slurm requeue costs more
+    restart_penalty: float = REFERENCE_RESTART_PENALTY_S  # seconds lost on every (re)start; a Slurm requeue costs more
     nodes_per_switch: int | None = None  # None: all nodes under one switch (the Pollux set-up)
     cross_switch_slowdown: float = 0.0  # rate penalty of a job whose nodes span leaf switches
     interference: float = 0.0  # the artifact's slowdown of distributed jobs sharing a node

@@ -21,6 +21,7 @@ class Worlds:
         from slurm_liquid.loop import Rules
         from slurm_liquid.sim.engine import ClusterConfig
         from slurm_liquid.sim.live import LIVE_RESTART_S, LIVE_START_S
+        from slurm_liquid.views import REFERENCE_RESTART_PENALTY_S
 
         self.args = args
         self.daemon = args.rules == "daemon"
@@ -28,7 +29,7 @@ class Worlds:
             raise UsageError("policy train: --config goes with --rules daemon")
         penalty = args.restart_penalty
         if penalty is None:
-            penalty = LIVE_RESTART_S if self.daemon else 30.0
+            penalty = LIVE_RESTART_S if self.daemon else REFERENCE_RESTART_PENALTY_S
         if penalty < 0:
             raise UsageError("policy train: --restart-penalty must be >= 0")
         elastic = config_module.load(args.config).elastic if args.config else config_module.Config().elastic

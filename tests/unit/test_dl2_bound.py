@@ -1,7 +1,4 @@
-"""The LP lower bound of benchmarks/dl2/bound.py: below every policy, tight on a lone job."""
-
-import sys
-from pathlib import Path
+"""The LP lower bound (slurm_liquid/sim/bound.py): below every policy, tight on a lone job."""
 
 import pytest
 
@@ -10,9 +7,12 @@ from slurm_liquid.sim.engine import ClusterConfig, Simulator
 from slurm_liquid.sim.oracle import OracleSpeedModel
 from slurm_liquid.sim.workload import JobSpec
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "dl2"))
-from bound import envelope, job_bounds, lp_bound  # noqa: E402
-from reference import REFERENCES  # noqa: E402
+from slurm_liquid.policy.rate import CompletionRate
+from slurm_liquid.policy.srtf import SRTF, SRTFRestart
+from slurm_liquid.sim.bound import envelope, job_bounds, lp_bound
+
+# the benchmark's oracle references (benchmarks/dl2/reference.py): these rules on the oracle speed model
+REFERENCES = {"srtf-oracle": SRTF, "srtf-restart-oracle": SRTFRestart, "completion-rate-oracle": CompletionRate}
 
 SMALL = [JobSpec("c0", 0, "cifar10", 6, 2048), JobSpec("b1", 40, "bert", 8, 384),
          JobSpec("n2", 100, "ncf", 1, 32768), JobSpec("c3", 130, "cifar10", 12, 4096),

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 from slurm_liquid.errors import LiquidError, UsageError
-from slurm_liquid.views import ClusterView, JobView, NodeView
+from slurm_liquid.views import REFERENCE_RESTART_PENALTY_S, ClusterView, JobView, NodeView
 from slurm_liquid.slurm.models import FINISHED_STATES, Job
 
 PROGRESS_STEPS = 100  # progress is reported to the network as epoch / epochs
@@ -152,7 +152,7 @@ def node_capacity(jobs: Iterable[HistoryJob]) -> dict[str, int]:
 
 
 def history_slots(records: Sequence[Job], interval: float = 60.0,
-                  restart_penalty: float = 30.0) -> Iterator[tuple[ClusterView, list[int]]]:
+                  restart_penalty: float = REFERENCE_RESTART_PENALTY_S) -> Iterator[tuple[ClusterView, list[int]]]:
     """Per slot of `interval` seconds: the view a policy would have had, and what each of its jobs
     then held (the site scheduler's decision), in the view's job order."""
     stamps = [t.timestamp() for r in records for t in (r.submit_time, r.start_time, r.end_time) if t is not None]
