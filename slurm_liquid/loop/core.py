@@ -148,12 +148,19 @@ class Loop:
         held_back = {} if held_back is None else held_back
         jobs = {j.id: j for j in view.jobs}
         moves = []
+        # GPUs no job holds: a bound on the starts that can be placed before any resize frees some
+        spare = view.total_gpus - sum(j.allocated for j in view.jobs) if self.applies is not None else 0
         for job_id, count in self.policy.decide(view).moves:
             job = jobs.get(job_id)
-            # A waiting job the back end does not start is still placed (not applied): the GPUs its start
-            # will take (the daemon's placement pass, within a second) are not free for a resize.
-            if job is None or (self.applies is not None and job.allocation and not self.applies(job_id)):
+            if job is None:
                 continue
+            if self.applies is not None and not self.applies(job_id):
+                # A waiting job the back end does not start is still placed (not applied): the GPUs its
+                # start takes (the daemon's placement pass, within a second) are not free for a resize.
+                # Only while its least could fit: at 20,000 waiting jobs, placing each would cost seconds.
+                if job.allocation or job.least > spare:
+                    continue
+                spare -= job.least
             if count > 0:
                 count = min(max(count, job.min_gpus), job.upper) if job.elastic else job.gpus
             elif job.allocation and not self.suspends:
