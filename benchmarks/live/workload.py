@@ -3,19 +3,8 @@
 
     python benchmarks/live/workload.py --seed 0 --jobs 32 --out benchmarks/live/workload-seed0.json
 
-The drawing is `slurm_liquid.sim.livegen.draw`. From one of the Pollux artifact's workloads (workload-<seed % 8 + 1>.csv: arrivals, applications,
-GPU counts, batch sizes as the artifact drew them from Philly), the first `--jobs` jobs are kept:
-
-- arrivals compressed so that the last one comes `--span` seconds after the first (gaps keep their
-  proportions);
-- GPU counts scaled from the artifact's 64-GPU cluster to the 16-GPU test cluster (x 1/4, rounded
-  up, at most 8: two nodes);
-- run time at the asked GPU count: the application's measured run time alone (the traces) mapped
-  onto minutes, `40 s x (isolated / 47 s) ** 0.3` (ncf's 47 s -> 40 s, imagenet's 7.6 h -> 270 s);
-- a scaling curve per job drawn among three kinds (slurm_liquid/sim/curves.py: near-linear, flat
-  past 2 GPUs, slow across nodes) that is NOT the traces' curve for its application, and the
-  number of steps that makes the run time above at the asked GPU count;
-- the catalog model the job declares (`#LIQUID model=`), so the daemon's prior is the traces'.
+How the jobs are drawn (arrivals, GPU counts, run times, curves, declared models):
+`slurm_liquid/sim/livegen.py`, which DL2's training under the daemon's rules draws from too.
 """
 
 from __future__ import annotations
