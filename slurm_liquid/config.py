@@ -63,7 +63,7 @@ class ElasticConfig:
     """Resizing running elastic jobs (`#LIQUID elastic=MIN:MAX`) every slot, in the daemon's mode."""
 
     policy: str = "dl2"                # dl2, optimus, drf, static (never resize)
-    policy_file: str = ""              # a trained DL2 policy; default: the shipped one trained under these rules
+    policy_file: str = ""              # a trained DL2 policy; default: the shipped one (policy/dl2/io.py shipped_for)
     # slot_s, restart_penalty_s and min_change_interval_s were chosen with `slurm-liquid simulate --rules
     # daemon` on validation live-replay workloads (seeds 2000-2007; benchmarks/live/rules.md): slot 30 s,
     # 60 s between changes and a 30 s penalty (the live replay measured 17-25 s from requeue to the first
