@@ -44,13 +44,15 @@ PRECISION_BYTES = {"fp32": (4.0, 4.0), "fp16": (6.0, 4.0), "amp": (6.0, 4.0), "b
                    "bf16-pure": (2.0, 2.0), "fp8": (6.0, 4.0)}
 # optimizer state in fp32 values per parameter
 OPTIMIZER_STATES = {"adam": 2, "adamw": 2, "lamb": 2, "sgd": 0, "sgd-momentum": 1, "rmsprop": 1,
-                    "adagrad": 1, "lion": 1, "adafactor": 0.02, "adam8bit": 0.5}
+                    "adagrad": 1, "lion": 1, "adafactor": 0.02, "adam8bit": 0.5, "adam4bit": 0.25}
 # (Adam/AdamW/RMSprop/Adagrad measured on torch 2.13 foreach kernels by
 # benchmarks/estimate/optimizer_temporaries.py, independently of any model; the others by analogy)
 OPTIMIZER_TEMP = {"adam": 1.15, "adamw": 1.15, "rmsprop": 0.9, "adagrad": 0.9, "lamb": 2, "lion": 1,
                   "adam8bit": 0.5}
 CHECKPOINT_CNN = 0.35      # share of activations kept with checkpointing (sqrt(n)-style segments)
-QUANT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 64}   # bitsandbytes: NF4 + one fp32 absmax per 64 weights
+# bitsandbytes: NF4 + one fp32 absmax per 64 weights; GPTQ/AWQ: packed 4-bit weights, and per group
+# of 128 input channels one fp16 scale and one packed 4-bit zero point per output channel
+QUANT_BYTES = {"int8": 1.0, "int4": 0.5 + 4 / 64, "gptq": 0.5 + (2 + 0.5) / 128}
 INFERENCE_CNN = 0.15       # eval forward of a CNN: a few live feature maps of the saved-for-backward set
 LORA_RANK = 16
 LORA_TARGETS = 2           # PEFT's and LitGPT's default targets: the query and value projections
