@@ -51,7 +51,8 @@ def test_70b_zero3_on_8x80gb():
     d = result.decision
     params = CATALOG.lookup("llama-2-70b").params
     assert d.gpus == 8 and d.sharding == "zero3" and not d.fits
-    assert d.per_gpu.model_states == pytest.approx(20 * params / 8 + 2 * 2 * params / 80, rel=1e-6)
+    # + two layers gathered in bf16, capped by DeepSpeed's stage3_max_live_parameters (1e9)
+    assert d.per_gpu.model_states == pytest.approx(20 * params / 8 + 2 * min(2 * params / 80, 1e9), rel=1e-6)
     offload = [o for o in result.advice if "offload=optimizer" in o.change]
     assert offload and offload[0].gpus == 8 and offload[0].need_mib <= 81920
     # the same job as a LoRA fine-tune fits the 8 GPUs
