@@ -74,7 +74,34 @@ class Estimate:
             "mode": self.spec.mode or "train", "kv_cache_mib": int(math.ceil(d.per_gpu.kv_cache / MIB)),
             "advice": [o.to_json() for o in self.advice],
             "notes": [*self.spec.notes, *self.notes, *self.decision.notes],
+            "inputs": self.inputs(),
         }
+
+    def inputs(self) -> dict[str, dict[str, Any]]:
+        """Every value the estimate used, with where it came from: a flag, a directive, #SBATCH, the
+        script's training command, a config file it names, or the estimator's default."""
+        from slurm_liquid.jobspec import source_kind
+
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.spec.to_dict().items():
+            where = self.spec.sources.get(key, "")
+            out[key] = {"value": value, "source": source_kind(where), "where": where or "default"}
+        entry, d = self.entry, self.decision
+        defaults: dict[str, Any] = {
+            "precision": "fp32", "optimizer": "adamw" if self.spec.mode != "inference" else None,
+            "sharding": d.sharding, "checkpointing": False, "grad-accum": 1, "mode": "train",
+            "attention": entry.default_attention if entry.is_transformer else None,
+            "seq-len": entry.seq_len if entry.is_transformer or entry.family == "rnn" else None,
+            "image-size": entry.image_size if entry.family in ("cnn", "vit", "detection") else None,
+            "micro-batch": d.per_gpu.micro_batch, "gpu-type": self.gpu.name,
+            "rank": 16 if self.spec.adapter not in (None, "none") else None,
+            "lora-targets": "q,v" if self.spec.adapter not in (None, "none") else None}
+        for key, value in defaults.items():
+            if key not in out and value is not None:
+                derived = key in ("micro-batch", "sharding") and (self.spec.batch_size or d.auto_sharded)
+                out[key] = {"value": value, "source": "derived" if derived else "default",
+                            "where": "the estimate's choice" if derived else "default"}
+        return out
 
 
 CORRECTION_ENV = "SLURM_LIQUID_CORRECTION"

@@ -17,7 +17,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.jobspec import JobSpec, add_arguments as add_spec_arguments, parse_comment, parse_script
+from slurm_liquid.jobspec import (JobSpec, UserFiles, add_arguments as add_spec_arguments, parse_comment,
+                                  parse_script)
 
 if TYPE_CHECKING:  # the submit path imports none of the training code
     from slurm_liquid.estimate.catalog import Catalog
@@ -71,13 +72,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prof.add_argument("--out", dest="profile_out", required=True, metavar="CSV", help="rows are appended")
 
 
+def prepare_argv(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The arguments with `--key_name` spelt `--key-name` (as in directives), and one clear error for
+    an option no parser here knows (argparse would take its value for the ACTION: "invalid choice")."""
+    known = _option_strings(parser)
+    out: list[str] = []
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:]
+        if token.startswith("--") and len(token) > 2:
+            name, sep, value = token.partition("=")
+            dashed = "--" + name[2:].replace("_", "-")
+            if name not in known and dashed in known:
+                token = dashed + sep + value
+            elif name not in known and not any(k.startswith(dashed) for k in known):
+                import difflib
+
+                close = difflib.get_close_matches(dashed, sorted(known), n=2, cutoff=0.6)
+                parser.error(f"unknown option {name}" + (f"; did you mean {' or '.join(close)}?" if close
+                                                        else "; see --help for the options"))
+        out.append(token)
+    return out
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    found: set[str] = set()
+    for action in parser._actions:
+        found.update(s for s in action.option_strings if s.startswith("--"))
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= _option_strings(sub)
+    return found
+
+
 def _read(path: str, what: str) -> str:
+    """A file's text. Bytes that are not UTF-8 (a Latin-1 comment, which sbatch accepts) read as
+    U+FFFD: the directives and flags around them are ASCII and still read."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise UsageError(f"{what} {path}: cannot read it: {reason}") from None
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
 
 
 def _explicit(spec: JobSpec) -> dict[str, object]:
@@ -92,7 +127,11 @@ def job_spec(args: argparse.Namespace) -> JobSpec:
     if args.comment:
         layers.append(parse_comment(args.comment))
     if args.script:
-        layers.append(parse_script(_read(args.script, "script")))
+        # this process runs as the user: it may read the launch configs the script names
+        import os
+
+        files = UserFiles([os.path.dirname(os.path.abspath(args.script)), os.getcwd()])
+        layers.append(parse_script(_read(args.script, "script"), read=files))
     if len(layers) == 2:
         a, b = (_explicit(s) for s in layers)
         for key in sorted(a.keys() & b.keys()):
@@ -135,6 +174,11 @@ def _text(out: dict) -> str:
         lines += [f"  - {o['change']} ({o['why']}): {o['need_mib']:,} MiB per GPU on {o['gpus']} x "
                   f"{o['gpu_type']}" for o in out["advice"]]
     lines += [f"note:     {note}" for note in out["notes"]]
+    lines += ["", "read (value, source):"]
+    lines += [f"  {key:22s} {str(v['value']).lower() if isinstance(v['value'], bool) else v['value']!s:24s} "
+              f"{v['source']}" + (f": {v['where'].removeprefix(v['source']).strip()}"
+                                  if v["where"] not in ("default", v["source"]) else "")
+              for key, v in out["inputs"].items()]
     return "\n".join(lines)
 
 

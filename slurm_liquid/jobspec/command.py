@@ -115,7 +115,10 @@ def command_flags(tokens: list[str]) -> Iterable[tuple[str, str | bool]]:
         if not token.startswith("-"):
             name, sep, value = token.partition("=")
             if sep and re.fullmatch(r"[A-Za-z_][\w.\-]*", name):   # an override: a.b.name=value
-                yield _norm_word(name.rsplit(".", 1)[-1]), value
+                parts = name.split(".")
+                # torchtune/Hydra `loss._component_=...CEWithChunkedOutputLoss` names the component
+                last = parts[-2] if parts[-1] == "_component_" and len(parts) > 1 else parts[-1]
+                yield _norm_word(last), value
             elif CONFIG_FILE.search(token):
                 yield "config", token                               # `llamafactory-cli train x.yaml`
             continue

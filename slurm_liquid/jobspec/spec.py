@@ -222,13 +222,12 @@ def canonical_key(raw: str, source: str = "directive") -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The job-spec flags, `--KEY VALUE` for every directive key (values parsed by JobSpec).
-    `--KEY_NAME` is the same flag as `--KEY-NAME`, as `_` and `-` are the same in directives."""
+    (`slurm-liquid estimate` also takes `--KEY_NAME`: its prepare_argv spells it `--KEY-NAME`.)"""
     group = parser.add_argument_group("job spec (same keys as #LIQUID directives)")
     for k in KEYS.values():
-        names = [f"--{k.name}"] + ([f"--{_attr(k.name)}"] if "-" in k.name else [])
         if k.is_flag:
-            group.add_argument(*names, dest=_attr(k.name), nargs="?", const="true",
+            group.add_argument(f"--{k.name}", dest=_attr(k.name), nargs="?", const="true",
                                default=None, metavar="BOOL", help=k.help)
         else:
-            group.add_argument(*names, dest=_attr(k.name), default=None,
+            group.add_argument(f"--{k.name}", dest=_attr(k.name), default=None,
                                metavar=k.name.split("-")[-1].upper(), help=k.help)

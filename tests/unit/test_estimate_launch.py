@@ -1,0 +1,146 @@
+"""Launch configs and command lines people really submit with: DeepSpeed JSON ("auto" from the
+command), accelerate YAML, torchrun/srun process counts, HF Trainer argument forms, LoRA flags,
+Lightning/torchtune overrides; every value with its source; and the CLI's spelling errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurm_liquid.cli import main
+from slurm_liquid.jobspec import UserFiles, parse_script, source_kind
+
+DS_ZERO3 = {"bf16": {"enabled": "auto"}, "train_micro_batch_size_per_gpu": "auto",
+            "gradient_accumulation_steps": "auto",
+            "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"},
+                                  "offload_param": {"device": "none"}, "stage3_max_live_parameters": 5e8}}
+ACCEL_FSDP = """compute_environment: LOCAL_MACHINE
+distributed_type: FSDP
+fsdp_config:
+  fsdp_sharding_strategy: FULL_SHARD
+  fsdp_offload_params: false
+  fsdp_activation_checkpointing: true
+mixed_precision: bf16
+num_machines: 1
+num_processes: 4
+"""
+
+
+def job(tmp_path, command: str, header: str = "#SBATCH --gres=gpu:8\n", **files: str):
+    for name, text in files.items():
+        (tmp_path / name.replace("__", ".")).write_text(text)
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n" + header + command + "\n")
+    return parse_script(script.read_text(), read=UserFiles([str(tmp_path)]))
+
+
+@pytest.mark.parametrize("flags", ["--bf16 True", "--bf16=True", "--bf16 true --fp16 False", "--bf16"])
+def test_hf_trainer_boolean_forms(flags):
+    spec = parse_script(f"python train.py {flags} --per_device_train_batch_size 2 data/\n")
+    assert spec.precision == "bf16" and spec.micro_batch == 2
+
+
+def test_a_bare_flag_before_a_positional_keeps_both():
+    spec = parse_script("python train.py --gradient_checkpointing --fp16 config/data.txt --model_max_length 4096\n")
+    assert spec.checkpointing is True and spec.precision == "fp16" and spec.seq_len == 4096
+
+
+def test_deepspeed_json_with_auto_values_from_the_command(tmp_path):
+    spec = job(tmp_path, "deepspeed --num_gpus 8 train.py --deepspeed ds.json --bf16 True "
+                         "--per_device_train_batch_size 4 --gradient_accumulation_steps 2",
+               ds__json=json.dumps(DS_ZERO3))
+    assert (spec.sharding, spec.offload, spec.live_params) == ("zero3", "optimizer", 500_000_000)
+    assert (spec.precision, spec.micro_batch, spec.grad_accum, spec.gpus) == ("bf16", 4, 2, 8)
+    assert source_kind(spec.sources["sharding"]) == "config file"
+    assert "ds.json" in spec.sources["sharding"]
+    assert source_kind(spec.sources["precision"]) == "script flag"     # "auto": the command says
+    assert source_kind(spec.sources["gpus"]) == "sbatch"
+
+
+def test_a_config_is_never_read_without_a_reader(tmp_path):
+    (tmp_path / "ds.json").write_text(json.dumps(DS_ZERO3))
+    spec = parse_script(f"deepspeed train.py --deepspeed {tmp_path}/ds.json\n")   # as root code calls it
+    assert spec.sharding is None and any("not read" in n for n in spec.notes)
+
+
+def test_accelerate_yaml_fsdp(tmp_path):
+    spec = job(tmp_path, "accelerate launch --config_file fsdp.yaml train.py --per_device_train_batch_size 1",
+               header="", fsdp__yaml=ACCEL_FSDP)
+    assert (spec.sharding, spec.checkpointing, spec.precision, spec.gpus) == ("fsdp", True, "bf16", 4)
+
+
+def test_accelerate_deepspeed_plugin_names_its_json(tmp_path):
+    yaml_text = ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"
+                 "  zero3_init_flag: true\nnum_processes: 8\n")
+    spec = job(tmp_path, "accelerate launch --config_file ds.yaml train.py", header="",
+               ds__yaml=yaml_text, ds__json=json.dumps(DS_ZERO3))
+    assert (spec.sharding, spec.offload, spec.gpus) == ("zero3", "optimizer", 8)
+
+
+def test_training_argument_yaml_of_llama_factory(tmp_path):
+    text = ("model_name_or_path: meta-llama/Llama-2-7b-hf\nfinetuning_type: lora\nlora_target: all\n"
+            "quantization_bit: 4\nper_device_train_batch_size: 2\ncutoff_len: 2048\nbf16: true\n")
+    spec = job(tmp_path, "llamafactory-cli train qlora.yaml", qlora__yaml=text)
+    assert (spec.model, spec.adapter, spec.precision, spec.micro_batch, spec.seq_len) == \
+        ("Llama-2-7b-hf", "lora", "int4", 2, 2048)
+    assert spec.lora_targets == "q,k,v,o,gate,up,down"
+
+
+def test_torchrun_and_srun_process_counts():
+    assert parse_script("torchrun --nnodes=2 --nproc-per-node=4 train.py\n").gpus == 8
+    assert parse_script("srun -n 16 python train.py -n 3\n").gpus == 16   # -n after the script is its own
+    assert parse_script("#SBATCH --nodes=4\n#SBATCH --gpus-per-node=8\npython x.py\n").gpus == 32
+
+
+def test_lora_flags_and_dtype():
+    spec = parse_script("python sft.py --use_peft --lora_r 64 --lora_target_modules q_proj k_proj v_proj o_proj "
+                        "--torch_dtype bfloat16 --bf16 True --optim paged_adamw_8bit data.json\n")
+    assert (spec.adapter, spec.rank, spec.lora_targets) == ("lora", 64, "q,k,v,o")
+    assert spec.precision == "bf16-pure" and spec.optimizer == "adam8bit"
+
+
+def test_lightning_and_torchtune_overrides():
+    spec = parse_script("python main.py fit --trainer.precision=bf16-mixed --trainer.strategy=deepspeed_stage_3_offload\n")
+    assert (spec.precision, spec.sharding, spec.offload) == ("bf16", "zero3", "params")
+    spec = parse_script("tune run lora_finetune_single_device --config llama3/8B_lora batch_size=4 "
+                        "enable_activation_checkpointing=True enable_activation_offloading=True compile=True "
+                        "loss._component_=torchtune.modules.loss.CEWithChunkedOutputLoss\n")
+    assert (spec.micro_batch, spec.checkpointing, spec.offload_activations, spec.compile, spec.loss_chunks) == \
+        (4, True, True, True, 8)
+
+
+def _cli(capsys, *argv):
+    code = main(["estimate", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_estimate_script_shows_every_value_and_its_source(tmp_path, capsys):
+    (tmp_path / "ds.json").write_text(json.dumps(DS_ZERO3))
+    script = tmp_path / "job.sh"
+    # not UTF-8 (a Latin-1 comment): sbatch takes it, so must the estimator
+    script.write_bytes(b"#!/bin/bash\n#SBATCH --gres=gpu:8\n# caf\xe9\n"
+                       b"torchrun --nproc_per_node 8 train.py --model_name_or_path meta-llama/Llama-2-7b-hf "
+                       b"--deepspeed ds.json --bf16 True --per_device_train_batch_size 1\n")
+    code, out, err = _cli(capsys, "--script", str(script), "--json", "--correction", "none")
+    inputs = json.loads(out)["inputs"]
+    assert inputs["sharding"] == {"value": "zero3", "source": "config file", "where": inputs["sharding"]["where"]}
+    assert inputs["precision"]["source"] == "script flag" and inputs["gpus"]["source"] == "sbatch"
+    assert inputs["optimizer"] == {"value": "adamw", "source": "default", "where": "default"}
+    code, out, err = _cli(capsys, "--script", str(script), "--correction", "none")
+    assert "read (value, source):" in out and "config file" in out
+
+
+def test_unknown_flag_is_one_clear_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--batchsize", "32"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "unknown option --batchsize" in err and "--batch-size" in err
+    assert "invalid choice" not in err
+
+
+def test_flags_take_underscores_as_directives_do(capsys):
+    code, out, _ = _cli(capsys, "--model", "resnet50", "--batch_size", "64", "--gpu_type", "h100", "--json",
+                        "--correction", "none")
+    assert code == 0 and json.loads(out)["inputs"]["batch-size"]["value"] == 64
