@@ -12,6 +12,7 @@ from slurm_liquid.estimate.catalog import ModelEntry, load_catalog
 from slurm_liquid.estimate.decide import BUSY_UTIL, Decision, decide
 from slurm_liquid.estimate.gpus import GpuType, load_gpu_table
 from slurm_liquid.estimate.prior import MIB, Breakdown, breakdown, resolve
+from slurm_liquid.estimate.risk import DEFAULT_RISK, Margin, risk_model
 from slurm_liquid.errors import UsageError
 from slurm_liquid.jobspec import JobSpec
 
@@ -30,6 +31,12 @@ class Estimate:
     table_nodes: int = 0         # GPU nodes of the cluster per the site file (0 = unknown)
     advice: tuple = ()           # advise.Option: what would make a job that does not fit fit
     notes: tuple[str, ...] = ()  # how the model was found (generic name, config.json)
+    margin: Margin | None = None  # the stated risk: decisions use point x margin.factor (the bound)
+
+    @property
+    def point_mib(self) -> int:
+        """The point estimate on the chosen width (prior x learned correction), before the margin."""
+        return int(math.ceil(self.prior.scaled(self.factor).total / MIB))
 
     @property
     def gpu_mem_mib(self) -> int:
@@ -37,8 +44,10 @@ class Estimate:
 
     def explanation(self) -> str:
         d = self.decision
-        why = (f"{self.entry.name} needs ~{d.need_mib} MiB per GPU at micro-batch "
+        why = (f"{self.entry.name} needs up to {d.need_mib} MiB per GPU at micro-batch "
                f"{d.per_gpu.micro_batch}")
+        if self.margin is not None:
+            why += f" (point estimate {self.point_mib} MiB; bound at {self.margin.describe()})"
         if self.factor != 1.0:
             why += f" (analytic {int(self.prior.total / MIB)} MiB x learned {self.factor:.2f})"
         if not d.fits:
@@ -75,6 +84,11 @@ class Estimate:
             "advice": [o.to_json() for o in self.advice],
             "notes": [*self.spec.notes, *self.notes, *self.decision.notes],
             "inputs": self.inputs(),
+            "point_mib": self.point_mib, "bound_mib": d.need_mib,
+            "risk": self.margin.risk if self.margin else None,
+            "risk_factor": round(self.margin.factor, 4) if self.margin else 1.0,
+            "risk_rows": self.margin.rows if self.margin else 0,
+            "risk_guaranteed": self.margin.guaranteed if self.margin else False,
         }
 
     def inputs(self) -> dict[str, dict[str, Any]]:
@@ -131,10 +145,13 @@ def correction_path(explicit: str | None) -> str | None:
 
 
 def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None,
-             correction: str | None = None, busy_util: float = BUSY_UTIL) -> Estimate:
+             correction: str | None = None, busy_util: float = BUSY_UTIL, risk: float | None = DEFAULT_RISK,
+             risk_file: str | None = None) -> Estimate:
     """Estimate what `spec` needs. Raises UsageError for bad input (never anything else on
     well-formed files). A one-GPU job small enough to share a card gets a whole one when the
-    fitted model's sharing table measured its model at >= `busy_util`% GPU utilisation."""
+    fitted model's sharing table measured its model at >= `busy_util`% GPU utilisation.
+    Requests, fits and advice use the upper bound at `risk` (estimate/risk.py; None: the point
+    estimate alone)."""
     site = site or os.environ.get(SITE_ENV) or None
     catalog = load_catalog(site)
     table = load_gpu_table(site)
@@ -147,9 +164,13 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
     fitted = _load_correction(path) if path else None
     context = table.context_mib
 
+    margin = risk_model(risk_file).margin(risk) if risk is not None else None
+    bound = margin.factor if margin else 1.0
+
     def need_for(job: JobSpec, n: int, sharding: str) -> Breakdown:
         prior = breakdown(entry, job, n, sharding, context)
-        return prior.scaled(fitted.factor(entry, job, prior)) if fitted else prior
+        point = prior.scaled(fitted.factor(entry, job, prior)) if fitted else prior
+        return point.scaled(bound) if bound != 1.0 else point
 
     measured = fitted.sharing.get(entry.name) if fitted else None
     decision = decide(entry, spec, gpu, table, lambda n, sharding: need_for(spec, n, sharding), measured,
@@ -162,4 +183,4 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
 
         advice = tuple(advise(entry, spec, gpu, table, decision.gpus, decision.per_gpu.micro_batch, need_for))
     return Estimate(spec, entry, gpu, prior, factor, decision, fitted.meta if fitted else {}, table.nodes,
-                    advice, tuple(notes))
+                    advice, tuple(notes), margin)

@@ -88,10 +88,12 @@ class Breakdown:
                 "reserved": self.tensors + self.slack, "nvml": self.total}[measure]
 
     def scaled(self, factor: float) -> "Breakdown":
-        """Learned correction: scales what the analytic terms miss (not the fixed context)."""
+        """Learned correction or risk margin: scales what the analytic terms may miss (not the fixed
+        context), the offloaded states in host memory alike."""
         return replace(self, weights=self.weights * factor, gradients=self.gradients * factor,
                        optimizer=self.optimizer * factor, activations=self.activations * factor,
-                       temporaries=self.temporaries * factor, slack=self.slack * factor)
+                       temporaries=self.temporaries * factor, slack=self.slack * factor,
+                       kv_cache=self.kv_cache * factor, host=self.host * factor)
 
     def as_mib(self) -> dict[str, int]:
         keys = ("weights", "gradients", "optimizer", "activations", "temporaries", "slack", "context")

@@ -31,7 +31,7 @@ def test_host_memory_rises_by_the_offloaded_states(model, sharding):
     params = load_catalog().lookup(model).params
     shard = params / 8 if sharding != "none" else params
     offloaded = (8 + 4 + 4) * shard          # Adam's two fp32 states, fp32 master weights and gradients
-    assert off.decision.per_gpu.host == pytest.approx(offloaded)
+    assert off.prior.host == pytest.approx(offloaded)
     rise = off.decision.host_mem_mib_per_gpu - plain.decision.host_mem_mib_per_gpu
     assert rise >= offloaded / MIB - 1
 
