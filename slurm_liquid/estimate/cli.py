@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from slurm_liquid.errors import UsageError
+from slurm_liquid.estimate.risk import DEFAULT_RISK
 from slurm_liquid.jobspec import (JobSpec, UserFiles, add_arguments as add_spec_arguments, parse_comment,
                                   parse_script)
 
@@ -38,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--correction", metavar="FILE", help="fitted correction JSON (or "
                         "$SLURM_LIQUID_CORRECTION; `none` for the prior alone)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--risk", type=float, default=DEFAULT_RISK, metavar="P",
+                        help="stated risk that a job exceeds the memory asked for (0.05 = 1 in 20)")
+    parser.add_argument("--risk-file", metavar="FILE", help="calibration scores (estimate calibrate; or "
+                        "$SLURM_LIQUID_RISK_FILE; default: the shipped published peaks)")
     add_spec_arguments(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     train = sub.add_parser("train", help="fit the learned correction from history records or "
@@ -60,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--quantile", type=float, default=0.9, help="upper quantile to report (0.5-0.99)")
     # also after `train`; SUPPRESS keeps a --json given before `train`
     train.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
+    cal = sub.add_parser("calibrate", help="calibrate the stated risk on measured peaks (history rows: "
+                         "the agents' or a profile's) together with the shipped published ones")
+    cal.add_argument("--history", action="append", required=True, metavar="FILE", help="CSV/JSONL history (repeatable)")
+    cal.add_argument("--out", dest="calibrate_out", required=True, metavar="FILE", help="risk file to write")
+    cal.add_argument("--site-only", action="store_true", help="only these rows, not the shipped scores too")
     prof = sub.add_parser("profile", help="train a few steps with PyTorch and record peak memory")
     prof.add_argument("--models", dest="profile_models", required=True, type=_list, metavar="A,B")
     prof.add_argument("--batch-sizes", dest="profile_batches", required=True, type=_list, metavar="N,M")
@@ -145,7 +155,9 @@ def _run_estimate(args: argparse.Namespace) -> int:
     from slurm_liquid.estimate.api import estimate
 
     spec = job_spec(args)
-    result = estimate(spec, site=args.site, correction=args.correction)
+    if not 0 < args.risk < 1:
+        raise UsageError(f"risk: {args.risk} is outside (0, 1) (0.05 = 1 job in 20)")
+    result = estimate(spec, site=args.site, correction=args.correction, risk=args.risk, risk_file=args.risk_file)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=False))
     else:
@@ -159,7 +171,11 @@ def _text(out: dict) -> str:
              f"per-GPU memory (MiB), micro-batch {out['micro_batch']}, sharding {out['sharding']}:"]
     lines += [f"  {name:12s} {b[name]:>9,}" for name in b]
     lines += [f"  {'total':12s} {out['gpu_mem_mib']:>9,}   (prior {out['prior_mib']:,} x correction "
-              f"{out['correction_factor']} [{out['correction']}])", "",
+              f"{out['correction_factor']} [{out['correction']}] x risk margin {out['risk_factor']})",
+              f"point:    {out['point_mib']:,} MiB per GPU; bound {out['bound_mib']:,} MiB at risk "
+              + (f"1 in {round(1 / out['risk'])} of exceeding it ({out['risk_rows']} calibration rows"
+                 + ("" if out["risk_guaranteed"] else ", too few for this risk: not guaranteed") + ")"
+                 if out["risk"] else "not stated"), "",
               f"request:  --gres={out['gres']} --nodes={out['nodes']}  "
               f"({out['gpus']} GPU(s) of {out['gpu_type']}, {out['gpu_mem_total_mib']:,} MiB each)",
               f"cpus/gpu: {out['cpus_per_gpu']}   host memory/gpu: {out['host_mem_mib_per_gpu']:,} MiB",
@@ -301,10 +317,48 @@ def _run_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_calibrate(args: argparse.Namespace) -> int:
+    """Scores of the site's measured rows under the site's estimator (prior x its correction)."""
+    import math
+    import os
+    from pathlib import Path
+
+    from slurm_liquid.estimate import risk
+    from slurm_liquid.estimate.api import SITE_ENV, _load_correction, correction_path
+    from slurm_liquid.estimate.catalog import load_catalog
+    from slurm_liquid.estimate.gpus import load_gpu_table
+    from slurm_liquid.estimate.history import read_history
+    from slurm_liquid.estimate.prior import MIB
+
+    site = args.site or os.environ.get(SITE_ENV) or None
+    catalog, context = load_catalog(site), load_gpu_table(site).context_mib
+    path = correction_path(args.correction)
+    fitted = _load_correction(path) if path else None
+    pairs = []
+    for record in (r for p in args.history for r in read_history(p, catalog, context)):
+        point = record.prior.scaled(fitted.factor(record.entry, record.spec, record.prior)) if fitted else record.prior
+        fixed = point.context if record.measure == "nvml" else 0.0
+        pairs.append((max(record.measured_mib * MIB - fixed, 1.0), point.for_measure(record.measure) - fixed))
+    scores = risk.scores_from(pairs)
+    if not args.site_only:
+        scores = tuple(sorted(scores + risk.load(risk.SHIPPED).scores))
+    model = risk.RiskModel(scores, f"{len(pairs)} site rows ({', '.join(args.history)})"
+                           + ("" if args.site_only else " + the shipped published peaks"))
+    risk.save(model, Path(args.calibrate_out), meta={"correction": path, "site_rows": len(pairs)})
+    margin = model.margin(args.risk)
+    print(f"calibrated on {len(scores)} rows -> {args.calibrate_out}: at risk {args.risk:g} the bound is the point "
+          f"estimate x {margin.factor:.3f}" + ("" if margin.guaranteed else
+                                              f" (too few rows for that risk: need {math.ceil(1 / args.risk) - 1})"),
+          file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action == "train":
         return _run_train(args)
     if action == "profile":
         return _run_profile(args)
+    if action == "calibrate":
+        return _run_calibrate(args)
     return _run_estimate(args)
