@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from slurm_liquid.estimate.catalog import ModelEntry
-from slurm_liquid.estimate.decide import MAX_WIDTH, _widths, global_batch, model_parallel, site_gpus
+from slurm_liquid.estimate.decide import (MAX_WIDTH, VLLM_UTILIZATION, _widths, global_batch, model_parallel,
+                                          site_gpus)
 from slurm_liquid.estimate.gpus import GpuTable, GpuType
 from slurm_liquid.estimate.prior import MIB, Breakdown
 from slurm_liquid.jobspec import JobSpec
@@ -64,8 +65,11 @@ def advise(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gpus
     return out
 
 
-def _fits(need_b: Breakdown, gpu: GpuType, table: GpuTable) -> bool:
-    return need_b.total <= gpu.mem_mib * (1 - table.headroom) * MIB
+def _fits(need_b: Breakdown, gpu: GpuType, table: GpuTable, spec: JobSpec) -> bool:
+    usable = gpu.mem_mib * (1 - table.headroom)
+    if spec.runtime == "vllm" and spec.mode == "inference":   # vLLM starts only within its own share
+        usable = min(usable, (spec.gpu_memory_utilization or VLLM_UTILIZATION) * gpu.mem_mib)
+    return need_b.total <= usable * MIB
 
 
 def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gpus: int, micro: int,
@@ -78,7 +82,7 @@ def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gp
     def sized(change: str, why: str, new: JobSpec, n: int = gpus, shard: str | None = None,
               card: GpuType = gpu) -> Option | None:
         b = need(new, n, shard or new.sharding or "none")
-        if not _fits(b, card, table):
+        if not _fits(b, card, table, new):
             return None
         return Option(change, why, n, card.name, int(math.ceil(b.total / MIB)))
 

@@ -42,6 +42,7 @@ HOST_BASE_MIB = 4096
 HOST_PER_CPU_MIB = 1024        # a data-loader worker each
 MAX_WIDTH = 4096
 BUSY_UTIL = 60.0               # % median GPU utilisation at or above which a job is too busy to share
+VLLM_UTILIZATION = 0.9         # vLLM's default gpu_memory_utilization
 MIN_EVIDENCE = 3               # jobs measured before their utilisation overrides the memory rule
 
 
@@ -145,6 +146,12 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     """`need(n, sharding)` is the (corrected) per-GPU breakdown on n GPUs; `measured` what past
     jobs of this model used (None: no evidence, memory alone decides sharing)."""
     usable = gpu.mem_mib * (1 - table.headroom) * MIB
+    reserve = 0.0
+    if spec.runtime == "vllm" and spec.mode == "inference":
+        # vLLM takes gpu_memory_utilization of the card up front (weights, activations, the rest
+        # KV-cache blocks): it starts only if its own need fits that share, and then holds all of it
+        reserve = (spec.gpu_memory_utilization or VLLM_UTILIZATION) * gpu.mem_mib * MIB
+        usable = min(usable, reserve)
     sharding = spec.sharding or "none"
     parallel = model_parallel(spec)
     low = max(spec.min_gpus or 1, parallel)
@@ -169,7 +176,7 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     if not fits:
         sharding = spec.sharding or "none"  # say what the job as written needs, not a guess
     per_gpu = need(chosen, sharding)
-    need_mib = int(math.ceil(per_gpu.total / MIB))
+    need_mib = int(math.ceil(max(per_gpu.total, reserve if fits else 0.0) / MIB))
     nodes = max(1, math.ceil(chosen / table.gpus_per_node))
     per_node = math.ceil(chosen / nodes)
     shards = 0
