@@ -233,7 +233,7 @@ def _transformer_layer_bytes(entry: ModelEntry, seq: int, lay: Layout, checkpoin
     # selective checkpointing (Megatron): the attention core is recomputed, the rest is kept
     kept = per_layer - seq * core / split if checkpointing == "selective" else per_layer
     if entry.family == "seq2seq":
-        per_layer *= 1.15                           # decoder layers add cross-attention
+        per_layer, kept = per_layer * 1.15, kept * 1.15   # decoder layers add cross-attention
     layers = entry.layers / lay.pp
     if lay.pp > 1:                                  # 1F1B: the first stage holds pp micro-batches
         layers *= min(lay.pp, accum) if accum > 1 else lay.pp
