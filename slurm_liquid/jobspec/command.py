@@ -159,6 +159,8 @@ def training_values(tokens: list[str]) -> tuple[list[tuple[str, str | bool]], li
     # the launcher's own options come before the training script (`x.py` or `-m module`)
     script_at = next((i for i, t in enumerate(tokens) if t.endswith(".py") or (i and tokens[i - 1] == "-m")),
                      len(tokens))
+    if script_at < len(tokens) and tokens[script_at].endswith(".py"):
+        configs.append(tokens[script_at])    # a Lightning script may say precision/strategy literally
     flags = [(name, value, True) for name, value in command_flags(tokens[:script_at])]
     flags += [(name, value, False) for name, value in command_flags(tokens[script_at:])]
     for name, value, launcher in flags:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Callable, Iterable, Mapping
 
 from slurm_liquid.jobspec.command import training_values
 
 MAX_CONFIG_BYTES = 1 << 20
 MAX_CONFIGS = 4
+MAX_SETTINGS = 2000       # settings read from one file (YAML aliases can repeat a list many times)
 Reader = Callable[[str], "tuple[str, str] | None"]   # path -> (resolved path, text), None if unreadable
 
 
@@ -141,10 +143,10 @@ def accelerate_pairs(doc: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], lis
 
 def _as_tokens(doc: Mapping[str, Any], depth: int = 0) -> list[str]:
     """A training-arguments mapping as the command line it stands for (nested sections flattened
-    by their last name: Lightning's `trainer: {precision: ...}`)."""
+    by their last name: Lightning's `trainer: {precision: ...}`); at most MAX_SETTINGS settings."""
     tokens: list[str] = []
     for name, value in doc.items():
-        if not isinstance(name, str):
+        if not isinstance(name, str) or len(tokens) > 2 * MAX_SETTINGS:
             continue
         if isinstance(value, Mapping):
             if depth < 2:
@@ -157,13 +159,30 @@ def _as_tokens(doc: Mapping[str, Any], depth: int = 0) -> list[str]:
             tokens += [f"--{name}", "true" if value else "false"]
         elif isinstance(value, (int, float, str)):
             tokens += [f"--{name}", str(value)]
-        elif isinstance(value, list) and all(isinstance(v, (str, int)) for v in value):
+        elif isinstance(value, list) and len(value) <= 64 and all(isinstance(v, (str, int)) for v in value):
             tokens += [f"--{name}", ",".join(str(v) for v in value)]
     return tokens
 
 
+_LITERAL = re.compile(r"""\b(precision|strategy|accumulate_grad_batches)\s*=\s*(?:"([\w.-]{1,40})"|'([\w.-]{1,40})'|(\d{1,6})\b)""")
+
+
+def lightning_pairs(text: str) -> list[tuple[str, Any]]:
+    """`Trainer(precision="bf16-mixed", strategy="fsdp", ...)` written literally in a Lightning
+    script: the first literal of each (a variable, `precision=args.precision`, says nothing)."""
+    if "lightning" not in text or "Trainer(" not in text:
+        return []
+    said: dict[str, str] = {}
+    for match in _LITERAL.finditer(text):
+        said.setdefault(match.group(1), next(g for g in match.groups()[1:] if g))
+    tokens = [t for name, value in said.items() for t in (f"--{name}", value)]
+    return training_values(tokens)[0]
+
+
 def config_pairs(path: str, text: str) -> tuple[list[tuple[str, Any]], list[str], list[str]]:
     """(key, raw value) pairs, further config files it names, notes."""
+    if path.endswith(".py"):
+        return lightning_pairs(text), [], []
     try:
         doc = _load(path, text)
     except Exception as exc:  # json/yaml errors of a user's file: skipped, said

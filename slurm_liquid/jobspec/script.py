@@ -70,8 +70,9 @@ def parse_script(text: str, read: Reader | None = None) -> JobSpec:
         # --gres and --gpus-per-node count GPUs per node: times the nodes the job asks for
         sbatch.add("gpus", count * (nodes[0] if nodes else 1), where)
     spec = explicit.spec().merged(sbatch.spec(), inferred.spec())
-    if configs and read is None:
-        return spec.merged(JobSpec(notes=tuple(f"config {p} ({w}) not read here" for p, w in configs)))
+    if configs and read is None:    # (a training script is looked into only for Lightning literals)
+        return spec.merged(JobSpec(notes=tuple(f"config {p} ({w}) not read here" for p, w in configs
+                                               if not p.endswith(".py"))))
     if configs:
         spec = spec.merged(_configs(configs, read))
     return spec
@@ -85,7 +86,8 @@ def _configs(named: list[tuple[str, str]], read: Reader) -> JobSpec:
         path, where = queue.pop(0)
         got = read(path)
         if got is None:
-            layer.notes.append(f"config {path} ({where}): cannot read it (or over 1 MiB): not used")
+            if not path.endswith(".py"):
+                layer.notes.append(f"config {path} ({where}): cannot read it (or over 1 MiB): not used")
             continue
         resolved, text = got
         if resolved in seen:

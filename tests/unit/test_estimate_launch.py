@@ -144,3 +144,12 @@ def test_flags_take_underscores_as_directives_do(capsys):
     code, out, _ = _cli(capsys, "--model", "resnet50", "--batch_size", "64", "--gpu_type", "h100", "--json",
                         "--correction", "none")
     assert code == 0 and json.loads(out)["inputs"]["batch-size"]["value"] == 64
+
+
+def test_lightning_trainer_literals_in_the_script(tmp_path):
+    code = ("import lightning as L\nprecision = args.precision\n"
+            "trainer = L.Trainer(devices=4, precision='bf16-mixed', strategy=\"deepspeed_stage_2\",\n"
+            "                    accumulate_grad_batches=4)\n")
+    spec = job(tmp_path, "srun python fit.py --batch_size 8", train__py="", fit__py=code)
+    assert (spec.precision, spec.sharding, spec.grad_accum, spec.micro_batch) == ("bf16", "zero2", 4, 8)
+    assert "fit.py" in spec.sources["precision"]
