@@ -10,10 +10,12 @@ per-GPU need = CUDA context + tensors x (1 + allocator slack)
 Activations: estimate/activations.py; which model a spec names: estimate/resolve.py.
 
 Model states follow the layout each framework really has: DDP keeps fp32 weights + autocast's
-16-bit copies, fp32 gradients and optimizer state on every GPU; DeepSpeed ZeRO-1/2 keeps 16-bit
-weights and gradients whole and shards the fp32 master weights, an fp32 gradient partition and the
-optimizer state (4P + 16P/N bytes with Adam); ZeRO-3 shards all of it (20P/N), FSDP too (fp32
-sharded parameters and gradients + state: 16P/N, plus two gathered units in the compute precision).
+16-bit copies, fp32 gradients and optimizer state on every GPU; DeepSpeed ZeRO-1 keeps 16-bit
+weights and gradients whole and shards the fp32 master weights and the optimizer state (4P + 12P/N
+bytes with Adam), ZeRO-2 also the 16-bit gradients (2P + 14P/N + the reduce bucket), each with the
+fp32 gradient partition during the step; ZeRO-3 shards all of it (16P/N + one sub-group's fp32
+gradient at the step), FSDP too (fp32 sharded parameters and gradients + state: 16P/N, plus two
+gathered units in the compute precision).
 Adapters (LoRA/QLoRA) keep the frozen base in its storage precision (int4: 0.5 byte + block scales)
 and train only the adapter matrices. Inference holds weights, the KV cache and one layer's
 transient activations.
@@ -51,6 +53,8 @@ LORA_RANK = 16
 STATE_BYTES = {"fp32": 4.0, "bf16": 2.0, "8bit": 1.0 + 4 / 2048}
 QUANTIZED_OPTIMIZERS = ("adam8bit", "adam4bit")   # their OPTIMIZER_STATES already count fp32-equivalents
 ZERO3_LIVE_PARAMS = 1e9    # DeepSpeed stage3_max_live_parameters default: unsharded parameters at once
+ZERO3_SUB_GROUP = 1e9      # DeepSpeed sub_group_size default: parameters stepped at once
+ZERO_BUCKET = 5e8 * 2      # DeepSpeed reduce_bucket_size default (5e8 elements), 16-bit
 
 
 @dataclass(frozen=True)
@@ -189,16 +193,23 @@ def breakdown(entry: ModelEntry, spec: JobSpec, gpus: int = 1, sharding: str | N
         weights, grads = params * w_bytes, params * g_bytes
         states, step_temp = params * states_per_param, params * temp_per_param
         if sharding in ("zero1", "zero2"):
-            if lay.mixed:                           # DeepSpeed: 16-bit weights + grads whole; fp32 master,
-                weights = 2 * params + 4 * params / dp      # fp32 gradient partition and state sharded
-                grads = 2 * params + 4 * params / dp
             states, step_temp = states / dp, step_temp / dp
+            if lay.mixed:
+                # DeepSpeed: 16-bit weights whole, fp32 master and optimizer state sharded; the 16-bit
+                # gradients whole (ZeRO-1) or only this rank's partition + the reduce bucket (ZeRO-2);
+                # the fp32 copy of the gradient partition exists during the step only
+                weights = 2 * params + 4 * params / dp
+                grads = 2 * params if sharding == "zero1" else 2 * params / dp + min(2 * params, ZERO_BUCKET)
+                step_temp += 4 * params / dp
         elif sharding == "zero3":
-            if lay.mixed:                           # 16-bit + fp32 copies of parameters and gradients
-                weights, grads = 6 * params / dp + gathered, 6 * params / dp
+            states, step_temp = states / dp, step_temp / dp
+            if lay.mixed:
+                # 16-bit + fp32 master partitions, the 16-bit gradient partition (16P/N with Adam, as the
+                # ZeRO paper counts); the fp32 gradient of one optimizer sub-group during the step
+                weights, grads = 6 * params / dp + gathered, 2 * params / dp
+                step_temp += 4 * min(ZERO3_SUB_GROUP, params / dp)
             else:
                 weights, grads = w_bytes * params / dp + gathered, g_bytes * params / dp
-            states, step_temp = states / dp, step_temp / dp
         elif sharding == "fsdp":                    # sharded fp32 (or bf16-pure) parameters and gradients
             master = 2.0 if compute == "bf16-pure" else 4.0
             weights, grads = master * params / dp + gathered, master * params / dp
@@ -217,8 +228,9 @@ def breakdown(entry: ModelEntry, spec: JobSpec, gpus: int = 1, sharding: str | N
             if sharding in ("zero3", "fsdp"):
                 weights = (2.0 if lay.mixed else 4.0) * params / dp + gathered
                 grads = (2.0 if lay.mixed else 4.0) * params / dp
-            elif lay.mixed:
-                weights, grads = 2 * params, 2 * params
+            elif lay.mixed:                         # ZeRO-Offload: reduced gradients go to the CPU
+                weights = 2 * params
+                grads = min(2 * params, ZERO_BUCKET) if sharding == "zero2" else 2 * params
             if offload == "params":
                 weights, grads = gathered, gathered
     mb = micro_batch(spec, n, lay.model_parallel)
