@@ -205,9 +205,10 @@ def breakdown(entry: ModelEntry, spec: JobSpec, gpus: int = 1, sharding: str | N
             states, step_temp = states / dp, step_temp / dp
             if lay.mixed:
                 # 16-bit + fp32 master partitions, the 16-bit gradient partition (16P/N with Adam, as the
-                # ZeRO paper counts); the fp32 gradient of one optimizer sub-group during the step
+                # ZeRO paper counts); the step runs one optimizer sub-group at a time: that group's fp32
+                # gradient and the optimizer's temporaries exist for it only
                 weights, grads = 6 * params / dp + gathered, 2 * params / dp
-                step_temp += 4 * min(ZERO3_SUB_GROUP, params / dp)
+                step_temp = (temp_per_param + 4) * min(ZERO3_SUB_GROUP, params / dp)
             else:
                 weights, grads = w_bytes * params / dp + gathered, g_bytes * params / dp
         elif sharding == "fsdp":                    # sharded fp32 (or bf16-pure) parameters and gradients
