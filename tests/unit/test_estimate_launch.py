@@ -153,3 +153,25 @@ def test_lightning_trainer_literals_in_the_script(tmp_path):
     spec = job(tmp_path, "srun python fit.py --batch_size 8", train__py="", fit__py=code)
     assert (spec.precision, spec.sharding, spec.grad_accum, spec.micro_batch) == ("bf16", "zero2", 4, 8)
     assert "fit.py" in spec.sources["precision"]
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+_JSONISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=20),
+                        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+                            st.sampled_from(["zero_optimization", "stage", "bf16", "enabled", "offload_param",
+                                             "device", "distributed_type", "fsdp_config", "num_processes",
+                                             "per_device_train_batch_size", "deepspeed", "trainer", "precision",
+                                             "train_micro_batch_size_per_gpu", "lora_target", "x"]),
+                            inner, max_size=5), max_leaves=20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(_JSONISH.map(json.dumps), st.text(max_size=300)), st.sampled_from(["c.json", "c.yaml", "c.py"]))
+def test_any_config_gives_a_spec_or_notes(text, name):
+    from slurm_liquid.jobspec import JobSpec
+
+    files = {name: text}
+    spec = parse_script(f"accelerate launch --config_file {name} train.py --deepspeed {name}\n",
+                        read=lambda path: (path, files[path]) if path in files else None)
+    assert isinstance(spec, JobSpec)
