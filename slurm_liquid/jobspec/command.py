@@ -93,6 +93,9 @@ CONFIG_FLAGS = {"deepspeed", "deepspeed-config", "ds-config", "config-file", "fs
 CONFIG_FILE = re.compile(r"\.(json|ya?ml)$", re.IGNORECASE)
 # 16-bit load dtypes: the weights themselves are 16-bit, so an optimizer keeps 16-bit states too
 PURE_DTYPES = {"bfloat16", "bf16", "float16", "fp16", "half", "torch.bfloat16", "torch.float16"}
+_FSDP_WORDS = re.compile(r"^\s*(full_shard|shard_grad_op|hybrid_shard|hybrid_shard_zero2|no_shard|offload|"
+                         r"auto_wrap)([\s,]+(full_shard|shard_grad_op|hybrid_shard|hybrid_shard_zero2|no_shard|"
+                         r"offload|auto_wrap))*\s*$", re.IGNORECASE)
 _TRUE = {"true", "1", "yes", "on", "y", "t"}
 _FALSE = {"false", "0", "no", "off", "n", "f", "none"}
 # words a boolean flag takes as its value (Megatron's checkpointing flags also say which kind)
@@ -127,7 +130,9 @@ def command_flags(tokens: list[str]) -> Iterable[tuple[str, str | bool]]:
         name = name if raw_short and name == "N" else _norm_word(name.rsplit(".", 1)[-1])
         if not sep:
             nxt = tokens[i] if i < len(tokens) else None
-            if is_boolean(name):
+            if name == "fsdp" and nxt is not None and _FSDP_WORDS.match(nxt):
+                value, i = nxt, i + 1                 # HF Trainer: --fsdp "full_shard offload auto_wrap"
+            elif is_boolean(name):
                 if nxt is not None and nxt.lower() in _BOOL_WORDS:
                     value, i = nxt, i + 1
                 else:
@@ -171,6 +176,13 @@ def training_values(tokens: list[str]) -> tuple[list[tuple[str, str | bool]], li
         if name in CONFIG_FLAGS:
             if isinstance(value, str) and CONFIG_FILE.search(value):
                 configs.append(value)
+            continue
+        if name == "fsdp" and isinstance(value, str) and _FSDP_WORDS.match(value):
+            words = value.lower().replace(",", " ").split()
+            pairs.append(("sharding", "zero2" if "shard_grad_op" in words else
+                          "none" if "no_shard" in words else "fsdp"))
+            if "offload" in words:                    # FSDP CPUOffload: parameters (and the step) on the CPU
+                pairs.append(("offload", "params"))
             continue
         if name in BARE_FLAGS:
             if truth(value):

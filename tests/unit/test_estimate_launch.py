@@ -175,3 +175,11 @@ def test_any_config_gives_a_spec_or_notes(text, name):
     spec = parse_script(f"accelerate launch --config_file {name} train.py --deepspeed {name}\n",
                         read=lambda path: (path, files[path]) if path in files else None)
     assert isinstance(spec, JobSpec)
+
+
+@pytest.mark.parametrize("flag, sharding, offload", [
+    ('--fsdp "full_shard auto_wrap"', "fsdp", None), ('--fsdp "full_shard offload auto_wrap"', "fsdp", "params"),
+    ("--fsdp shard_grad_op", "zero2", None), ("--fsdp", "fsdp", None)])
+def test_hf_trainer_fsdp_strings(flag, sharding, offload):
+    spec = parse_script(f"torchrun --nproc_per_node 8 train.py {flag} --bf16 True data.json\n")
+    assert (spec.sharding, spec.offload, spec.precision) == (sharding, offload, "bf16")
