@@ -20,6 +20,8 @@ from slurm_liquid.jobspec.spec import JobSpec
 _LAUNCHER_WORD = re.compile(r"python|torchrun|deepspeed|accelerate|horovodrun|mpirun|srun|lightning|"
                             r"composer|llamafactory-cli|axolotl|tune|\.py\b")
 MAX_COMMAND_LINES = 64
+_DISTRIBUTED = re.compile(r"(^|[\s/])(torchrun|deepspeed|accelerate|srun|mpirun|horovodrun|tune|llamafactory-cli|"
+                          r"axolotl|composer|lightning)\s|torch\.distributed\.(run|launch)")
 _LAUNCHERS = re.compile(r"(^|/)(python[0-9.]*|torchrun|deepspeed|accelerate|horovodrun|"
                         r"mpirun|srun|lightning|composer|llamafactory-cli|axolotl|tune)$")
 
@@ -41,6 +43,7 @@ def parse_script(text: str, read: Reader | None = None) -> JobSpec:
     """A batch script: `#LIQUID` lines and a `liquid:` comment (explicit), then `#SBATCH` GPU
     requests, the training command's flags and (with `read`) its config files (inferred, gaps only)."""
     explicit, sbatch, inferred = _Layer(strict=True), _Layer(strict=False), _Layer(strict=False)
+    plain = _Layer(strict=False)   # `python x.py` lines without a distributed launcher: data prep, eval, ...
     configs: list[tuple[str, str]] = []
     in_header = True
     directives = commands = 0
@@ -65,11 +68,13 @@ def parse_script(text: str, read: Reader | None = None) -> JobSpec:
                     inferred.notes.append(f"read the training command of the first {MAX_COMMAND_LINES} "
                                           "launcher lines only")
                 if commands <= MAX_COMMAND_LINES:
-                    configs += [(path, where) for path in _command_into(inferred, body, where)]
+                    layer = inferred if _DISTRIBUTED.search(body) else plain
+                    configs += [(path, where) for path in _command_into(layer, body, where)]
     for count, where in per_node[:1]:
         # --gres and --gpus-per-node count GPUs per node: times the nodes the job asks for
         sbatch.add("gpus", count * (nodes[0] if nodes else 1), where)
-    spec = explicit.spec().merged(sbatch.spec(), inferred.spec())
+    # a distributed launcher's line is the training; plain python lines fill what it leaves
+    spec = explicit.spec().merged(sbatch.spec(), inferred.spec(), plain.spec())
     if configs and read is None:    # (a training script is looked into only for Lightning literals)
         return spec.merged(JobSpec(notes=tuple(f"config {p} ({w}) not read here" for p, w in configs
                                                if not p.endswith(".py"))))

@@ -183,3 +183,11 @@ def test_any_config_gives_a_spec_or_notes(text, name):
 def test_hf_trainer_fsdp_strings(flag, sharding, offload):
     spec = parse_script(f"torchrun --nproc_per_node 8 train.py {flag} --bf16 True data.json\n")
     assert (spec.sharding, spec.offload, spec.precision) == (sharding, offload, "bf16")
+
+
+def test_the_distributed_launch_line_beats_data_preparation():
+    spec = parse_script("python prepare.py --max_seq_length 512 --model_name_or_path gpt2\n"
+                        "torchrun --nproc_per_node 4 train.py --model_name_or_path meta-llama/Llama-2-7b-hf "
+                        "--max_seq_length 4096\npython eval.py --per_device_eval_batch_size 64 --bf16\n")
+    assert (spec.model, spec.seq_len, spec.gpus) == ("Llama-2-7b-hf", 4096, 4)
+    assert spec.precision == "bf16"           # what the launch line leaves, a plain line may fill
