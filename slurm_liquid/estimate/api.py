@@ -112,7 +112,7 @@ class Estimate:
             "lora-targets": "q,v" if self.spec.adapter not in (None, "none") else None}
         for key, value in defaults.items():
             if key not in out and value is not None:
-                derived = key in ("micro-batch", "sharding") and (self.spec.batch_size or d.auto_sharded)
+                derived = (key == "micro-batch" and bool(self.spec.batch_size)) or (key == "sharding" and d.auto_sharded)
                 out[key] = {"value": value, "source": "derived" if derived else "default",
                             "where": "the estimate's choice" if derived else "default"}
         return out

@@ -193,7 +193,7 @@ def _text(out: dict) -> str:
     lines += ["", "read (value, source):"]
     lines += [f"  {key:22s} {str(v['value']).lower() if isinstance(v['value'], bool) else v['value']!s:24s} "
               f"{v['source']}" + (f": {v['where'].removeprefix(v['source']).strip()}"
-                                  if v["where"] not in ("default", v["source"]) else "")
+                                  if v["where"] not in ("default", v["source"], "command-line flag") else "")
               for key, v in out["inputs"].items()]
     return "\n".join(lines)
 
