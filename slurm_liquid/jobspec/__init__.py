@@ -40,11 +40,11 @@ def source_kind(where: str) -> str:
         return "config file"
     if "training command" in where:
         return "script flag"
-    if "#SBATCH --comment" in where or where.startswith("line ") or where == "--comment":
-        return "sbatch" if "#SBATCH --g" in where or "#SBATCH --n" in where else "directive"
+    if "#SBATCH --comment" in where or where == "--comment":
+        return "directive"                      # a `liquid:` comment says what #LIQUID lines say
     if "#SBATCH" in where:
         return "sbatch"
-    return "flag"
+    return "directive" if where.startswith("line ") else "flag"
 
 
 __all__ = ["ADAPTERS", "ATTENTIONS", "FAMILIES", "KEYS", "KEY_ALIASES", "JobSpec", "Key", "MODES",
