@@ -87,6 +87,9 @@ LIST_FLAGS = {"lora-target-modules", "target-modules", "lora-modules"}
 PER_NODE = {"nproc-per-node", "num-gpus", "ntasks-per-node", "num-gpus-per-node"}
 NODES = {"nnodes", "num-nodes", "num-machines", "N", "nodes"}
 TOTAL = {"num-processes", "n", "ntasks", "np"}
+# scripts that start their own processes (Lightning, LitGPT): `--devices 4 --num_nodes 2`, also as
+# LightningCLI's `--trainer.devices=4`
+SPAWNING = {"devices", "num-nodes"}
 # flags naming a launch config file the estimator may read (user side only)
 CONFIG_FLAGS = {"deepspeed", "deepspeed-config", "ds-config", "config-file", "fsdp-config", "config",
                 "deepspeed-config-file"}
@@ -195,9 +198,10 @@ def training_values(tokens: list[str]) -> tuple[list[tuple[str, str | bool]], li
             dtype = value.lower()
         elif name in ("quantization-bit", "bits", "quant-bits") and isinstance(value, str):
             pairs.append(("precision", {"4": "int4", "8": "int8"}.get(value.strip(), value)))
-        elif launcher and name in PER_NODE | NODES | TOTAL and isinstance(value, str) and value.isdigit():
+        elif (launcher and name in PER_NODE | NODES | TOTAL or name in SPAWNING) and isinstance(value, str) \
+                and value.isdigit():
             number = int(value)
-            if name in PER_NODE:
+            if name in PER_NODE or name == "devices":
                 per_node = number
             elif name in NODES:
                 nodes = number

@@ -191,3 +191,8 @@ def test_the_distributed_launch_line_beats_data_preparation():
                         "--max_seq_length 4096\npython eval.py --per_device_eval_batch_size 64 --bf16\n")
     assert (spec.model, spec.seq_len, spec.gpus) == ("Llama-2-7b-hf", 4096, 4)
     assert spec.precision == "bf16"           # what the launch line leaves, a plain line may fill
+
+
+def test_scripts_that_spawn_their_own_processes():
+    assert parse_script("python finetune/lora.py --devices 2 --precision bf16-true\n").gpus == 2
+    assert parse_script("srun python main.py fit --trainer.devices=4 --trainer.num_nodes=2\n").gpus == 8
