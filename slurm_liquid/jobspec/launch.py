@@ -35,6 +35,7 @@ class UserFiles:
         self.bases = [b for b in bases if b]
 
     def __call__(self, path: str) -> tuple[str, str] | None:
+        path = os.path.expanduser(path)
         candidates = [path] if os.path.isabs(path) else [os.path.join(b, path) for b in self.bases] + [path]
         for candidate in candidates:
             try:
