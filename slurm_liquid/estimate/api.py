@@ -87,7 +87,7 @@ class Estimate:
             "point_mib": self.point_mib, "bound_mib": d.need_mib,
             "risk": self.margin.risk if self.margin else None,
             "risk_factor": round(self.margin.factor, 4) if self.margin else 1.0,
-            "risk_rows": self.margin.rows if self.margin else 0,
+            "risk_models": self.margin.rows if self.margin else 0,
             "risk_guaranteed": self.margin.guaranteed if self.margin else False,
         }
 

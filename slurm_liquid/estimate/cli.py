@@ -173,7 +173,7 @@ def _text(out: dict) -> str:
     lines += [f"  {'total':12s} {out['gpu_mem_mib']:>9,}   (prior {out['prior_mib']:,} x correction "
               f"{out['correction_factor']} [{out['correction']}] x risk margin {out['risk_factor']})",
               f"point:    {out['point_mib']:,} MiB per GPU; bound {out['bound_mib']:,} MiB at risk "
-              + (f"1 in {round(1 / out['risk'])} of exceeding it ({out['risk_rows']} calibration rows"
+              + (f"1 in {round(1 / out['risk'])} of exceeding it ({out['risk_models']} calibration models"
                  + ("" if out["risk_guaranteed"] else ", too few for this risk: not guaranteed") + ")"
                  if out["risk"] else "not stated"), "",
               f"request:  --gres={out['gres']} --nodes={out['nodes']}  "
@@ -338,17 +338,18 @@ def _run_calibrate(args: argparse.Namespace) -> int:
     for record in (r for p in args.history for r in read_history(p, catalog, context)):
         point = record.prior.scaled(fitted.factor(record.entry, record.spec, record.prior)) if fitted else record.prior
         fixed = point.context if record.measure == "nvml" else 0.0
-        pairs.append((max(record.measured_mib * MIB - fixed, 1.0), point.for_measure(record.measure) - fixed))
-    scores = risk.scores_from(pairs)
+        pairs.append((record.entry.name, max(record.measured_mib * MIB - fixed, 1.0),
+                      point.for_measure(record.measure) - fixed))
+    scores = risk.scores_from(pairs)     # one per model: its worst row
     if not args.site_only:
         scores = tuple(sorted(scores + risk.load(risk.SHIPPED).scores))
     model = risk.RiskModel(scores, f"{len(pairs)} site rows ({', '.join(args.history)})"
                            + ("" if args.site_only else " + the shipped published peaks"))
     risk.save(model, Path(args.calibrate_out), meta={"correction": path, "site_rows": len(pairs)})
     margin = model.margin(args.risk)
-    print(f"calibrated on {len(scores)} rows -> {args.calibrate_out}: at risk {args.risk:g} the bound is the point "
+    print(f"calibrated on {len(scores)} models -> {args.calibrate_out}: at risk {args.risk:g} the bound is the point "
           f"estimate x {margin.factor:.3f}" + ("" if margin.guaranteed else
-                                              f" (too few rows for that risk: need {math.ceil(1 / args.risk) - 1})"),
+                                              f" (too few models for that risk: need {math.ceil(1 / args.risk) - 1})"),
           file=sys.stderr)
     return 0
 

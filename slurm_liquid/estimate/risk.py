@@ -1,15 +1,17 @@
 """The estimate's stated risk: an upper bound on a job's per-GPU peak that it exceeds with
 probability at most `risk` (default 1 in 20), by split conformal prediction.
 
-Calibration scores are s_i = log(measured_i / point_i) over the part of the estimate that can be
-wrong (everything but the fixed CUDA context, as `Breakdown.scaled`), on rows the point estimator
-was not fitted on: the published peaks of others' runs shipped in data/risk.json and, at a site,
-the node agents' measured peaks (`slurm-liquid estimate calibrate`). For a risk a the bound is the
-point estimate scaled by exp(q), q the ceil((n + 1)(1 - a))-th smallest of the n scores: if a new
-job's score is exchangeable with the calibration scores, P(peak > bound) <= a (Vovk et al.;
-Angelopoulos & Bates, "A Gentle Introduction to Conformal Prediction", 2021). When n is too small
-for the risk asked (rank > n) the largest score is used and the answer says the risk is not
-guaranteed. A q below 0 (the point estimate already over-provisions at that risk) leaves the point
+A row's score is log(measured / point) over the part of the estimate that can be wrong
+(everything but the fixed CUDA context, as `Breakdown.scaled`), on rows the point estimator was not
+fitted on: the published peaks of others' runs shipped in data/risk.json and, at a site, the node
+agents' measured peaks (`slurm-liquid estimate calibrate`). Rows of one model are alike (the
+estimate errs the same way on every batch size of a model), so they are not exchangeable with a
+new model's job; models are. A calibration score is therefore a model's: its worst row. For a risk
+a the bound is the point estimate scaled by exp(q), q the ceil((n + 1)(1 - a))-th smallest of the
+n model scores: if a new job's model is exchangeable with the calibration models, P(peak > bound)
+<= a (Vovk et al.; Angelopoulos & Bates, "A Gentle Introduction to Conformal Prediction", 2021).
+When n is too small for the risk asked (rank > n: fewer than 19 models for 1 in 20) the largest
+score is used and the answer says the risk is not guaranteed. A q below 0 (the point estimate already over-provisions at that risk) leaves the point
 estimate as the bound: the bound is never below it.
 
 The file holds the sorted scores, not a fitted model: loading it executes nothing, and any risk can
@@ -40,19 +42,19 @@ MAX_SCORES = 100_000
 class Margin:
     risk: float              # the stated risk of exceeding the bound
     factor: float            # bound = point scaled by this (never below 1)
-    rows: int                # calibration rows behind it
+    rows: int                # calibration models (scores) behind it
     guaranteed: bool         # False: too few rows for this risk (the largest score was used)
     source: str
 
     def describe(self) -> str:
         odds = f"1 in {round(1 / self.risk):d}" if self.risk > 0 else "0"
-        text = f"risk {odds} of exceeding it (x{self.factor:.3f} over the point estimate, {self.rows} calibration rows"
+        text = f"risk {odds} of exceeding it (x{self.factor:.3f} over the point estimate, {self.rows} calibration models"
         return text + ("" if self.guaranteed else "; too few rows for this risk: not guaranteed") + ")"
 
 
 @dataclass(frozen=True)
 class RiskModel:
-    scores: tuple[float, ...]   # sorted log(measured / point) of the calibration rows
+    scores: tuple[float, ...]   # sorted model scores: each calibration model's worst log(measured / point)
     source: str
 
     def margin(self, risk: float = DEFAULT_RISK) -> Margin:
@@ -70,9 +72,14 @@ class RiskModel:
                 "scores": [round(s, 6) for s in self.scores], **({"meta": meta} if meta else {})}
 
 
-def scores_from(pairs: Sequence[tuple[float, float]]) -> tuple[float, ...]:
-    """Sorted scores of (measured, point) pairs of the scaled part (bytes or MiB, both alike)."""
-    return tuple(sorted(math.log(max(m, 1e-9) / max(p, 1e-9)) for m, p in pairs))
+def scores_from(rows: Sequence[tuple[str, float, float]]) -> tuple[float, ...]:
+    """Sorted model scores of (model, measured, point) rows over the scaled part (bytes or MiB, both
+    alike): each model's largest log(measured / point)."""
+    worst: dict[str, float] = {}
+    for model, measured, point in rows:
+        score = math.log(max(measured, 1e-9) / max(point, 1e-9))
+        worst[model] = max(score, worst.get(model, -math.inf))
+    return tuple(sorted(worst.values()))
 
 
 def load(path: str | Path) -> RiskModel:

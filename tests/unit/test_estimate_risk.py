@@ -26,6 +26,11 @@ def test_the_bound_is_the_conformal_rank_of_the_scores():
     assert risk.RiskModel((-0.2, -0.1), "over").margin(0.05).factor == 1.0    # never below the point
 
 
+def test_a_models_score_is_its_worst_row():
+    rows = [("a", 110, 100), ("a", 90, 100), ("b", 100, 100), ("c", 80, 100)]
+    assert risk.scores_from(rows) == pytest.approx((math.log(0.8), 0.0, math.log(1.1)))
+
+
 def test_coverage_holds_on_exchangeable_scores():
     import random
 
@@ -76,10 +81,11 @@ def test_calibrate_writes_a_risk_file_the_estimate_reads(tmp_path, capsys):
     out = tmp_path / "risk.json"
     assert main(["estimate", "calibrate", "--history", str(history), "--out", str(out), "--site-only"]) == 0
     model = risk.load(out)
-    assert len(model.scores) == 5 and "site rows" in model.source
+    assert len(model.scores) == 1 and "site rows" in model.source       # one model: one score, its worst row
     code = main(["estimate", "--model", "resnet50", "--batch-size", "64", "--precision", "amp", "--json",
                  "--risk-file", str(out), "--risk", "0.2", "--correction", "none"])
     got = json.loads(capsys.readouterr().out)
-    assert got["risk"] == 0.2 and got["risk_rows"] == 5 and got["gpu_mem_mib"] >= got["point_mib"]
+    assert got["risk"] == 0.2 and got["risk_models"] == 1 and got["gpu_mem_mib"] >= got["point_mib"]
+    assert got["risk_guaranteed"] is False            # 1 model cannot back a risk of 1 in 5
     assert main(["estimate", "--model", "resnet50", "--batch-size", "64", "--risk", "2"]) == 2
     assert "risk: 2.0 is outside (0, 1)" in capsys.readouterr().err
