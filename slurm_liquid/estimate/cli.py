@@ -84,35 +84,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def prepare_argv(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """The arguments with `--key_name` spelt `--key-name` (as in directives), and one clear error for
-    an option no parser here knows (argparse would take its value for the ACTION: "invalid choice")."""
-    known = _option_strings(parser)
+    an option the parser of that position does not know (argparse would take its value for the
+    ACTION: "invalid choice"). Options before an action are the estimate's, after it the action's."""
+    actions = _options(parser)
+    subs = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
     out: list[str] = []
+    takes_value = False
     for i, token in enumerate(argv):
         if token == "--":
             return out + argv[i:]
-        if token.startswith("--") and len(token) > 2:
+        if not token.startswith("-") and token in subs and not takes_value:
+            actions = _options(subs[token])   # the action's own options from here on
+        elif token.startswith("--") and len(token) > 2:
             name, sep, value = token.partition("=")
             dashed = "--" + name[2:].replace("_", "-")
-            if name not in known and dashed in known:
-                token = dashed + sep + value
-            elif name not in known and not any(k.startswith(dashed) for k in known):
+            if name not in actions and dashed in actions:
+                token, name = dashed + sep + value, dashed
+            elif name not in actions and not any(k.startswith(dashed) for k in actions):
                 import difflib
 
-                close = difflib.get_close_matches(dashed, sorted(known), n=2, cutoff=0.6)
+                close = difflib.get_close_matches(dashed, sorted(actions), n=2, cutoff=0.6)
                 parser.error(f"unknown option {name}" + (f"; did you mean {' or '.join(close)}?" if close
                                                         else "; see --help for the options"))
+            action = actions.get(name)
+            takes_value = not sep and action is not None and action.nargs not in (0, "?")
+            out.append(token)
+            continue
+        takes_value = False
         out.append(token)
     return out
 
 
-def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
-    found: set[str] = set()
-    for action in parser._actions:
-        found.update(s for s in action.option_strings if s.startswith("--"))
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found |= _option_strings(sub)
-    return found
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {s: action for action in parser._actions for s in action.option_strings if s.startswith("--")}
 
 
 def _read(path: str, what: str) -> str:

@@ -196,3 +196,13 @@ def test_the_distributed_launch_line_beats_data_preparation():
 def test_scripts_that_spawn_their_own_processes():
     assert parse_script("python finetune/lora.py --devices 2 --precision bf16-true\n").gpus == 2
     assert parse_script("srun python main.py fit --trainer.devices=4 --trainer.num_nodes=2\n").gpus == 8
+
+
+def test_options_are_checked_against_their_own_parser(capsys):
+    with pytest.raises(SystemExit):
+        main(["estimate", "--batch-sizes", "32"])              # a profile option, not an estimate one
+    assert "unknown option --batch-sizes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["estimate", "train", "--histroy", "x.csv"])
+    assert "did you mean --history" in capsys.readouterr().err
+    assert main(["estimate", "--model", "resnet50", "--batch_size", "8", "--json", "--correction", "none"]) == 0
