@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -155,6 +156,10 @@ def estimate(spec: JobSpec, gpu_type: str | None = None, site: str | None = None
     site = site or os.environ.get(SITE_ENV) or None
     catalog = load_catalog(site)
     table = load_gpu_table(site)
+    if not spec.batch_size and not spec.micro_batch and spec.runtime == "vllm" and spec.mode == "inference":
+        # vLLM batches whatever fits its share of the card: one sequence is what must fit
+        spec = dataclasses.replace(spec, micro_batch=1, notes=spec.notes + (
+            "vllm: no batch said; sized for one sequence of seq-len (it reserves its share of the card anyway)",))
     if not spec.batch_size and not spec.micro_batch:
         raise UsageError("batch-size: needed (global batch per optimizer step), or micro-batch "
                          "(per-GPU batch, as the script fixes it)")

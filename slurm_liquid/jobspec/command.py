@@ -67,7 +67,7 @@ TRAINING_FLAGS: dict[str, str] = {
     **dict.fromkeys(["optimizer-in-bwd", "optimizer-in-backward", "fused-optimizer-in-backward"],
                     "optimizer-in-backward"),
     **dict.fromkeys(["gpu-memory-utilization"], "gpu-memory-utilization"),
-    **dict.fromkeys(["quantization-method", "quant-method"], "precision"),
+    **dict.fromkeys(["quantization-method", "quant-method", "quantization"], "precision"),
 }
 # bare boolean training flags that set a value (`--bf16`, `--bf16 True`; `--bf16 False` sets nothing)
 BARE_FLAGS = {"fp16": ("precision", "fp16"), "bf16": ("precision", "bf16"),
@@ -162,6 +162,12 @@ def training_values(tokens: list[str]) -> tuple[list[tuple[str, str | bool]], li
     pairs: list[tuple[str, str | bool]] = []
     configs: list[str] = []
     notes: list[str] = []
+    if any(t == "vllm" or t.startswith("vllm.") or t.endswith("/vllm") for t in tokens):
+        # vLLM (`vllm serve`, `python -m vllm.entrypoints...`): inference that reserves its share of the card
+        pairs += [("mode", "inference"), ("runtime", "vllm")]
+        served = [tokens[i + 2] for i in range(len(tokens) - 2) if tokens[i] == "vllm" and tokens[i + 1] == "serve"
+                  and not tokens[i + 2].startswith("-")]
+        pairs += [("model", _training_value("model", name)) for name in served[:1]]
     per_node = nodes = total = None
     momentum = dtype = None
     # the launcher's own options come before the training script (`x.py` or `-m module`)

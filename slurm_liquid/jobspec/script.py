@@ -18,12 +18,12 @@ from slurm_liquid.jobspec.spec import JobSpec
 
 # Lines worth splitting for training flags: a cheap look first (shlex is slow), and only so many.
 _LAUNCHER_WORD = re.compile(r"python|torchrun|deepspeed|accelerate|horovodrun|mpirun|srun|lightning|"
-                            r"composer|llamafactory-cli|axolotl|tune|\.py\b")
+                            r"composer|llamafactory-cli|axolotl|tune|vllm|\.py\b")
 MAX_COMMAND_LINES = 64
 _DISTRIBUTED = re.compile(r"(^|[\s/])(torchrun|deepspeed|accelerate|srun|mpirun|horovodrun|tune|llamafactory-cli|"
                           r"axolotl|composer|lightning)\s|torch\.distributed\.(run|launch)")
 _LAUNCHERS = re.compile(r"(^|/)(python[0-9.]*|torchrun|deepspeed|accelerate|horovodrun|"
-                        r"mpirun|srun|lightning|composer|llamafactory-cli|axolotl|tune)$")
+                        r"mpirun|srun|lightning|composer|llamafactory-cli|axolotl|tune|vllm)$")
 
 
 def _gres_gpus(text: str) -> int | None:

@@ -155,6 +155,7 @@ PRECISIONS = {
     "int4": "int4", "4bit": "int4", "4-bit": "int4", "nf4": "int4", "fp4": "int4", "bnb-4bit": "int4", "load-in-4bit": "int4",
     # GPTQ/AWQ checkpoints: packed 4-bit weights with 16-bit group scales, matmuls in fused kernels
     "gptq": "gptq", "awq": "gptq", "gptq-int4": "gptq", "exllama": "gptq", "marlin": "gptq",
+    "awq-marlin": "gptq", "gptq-marlin": "gptq", "bitsandbytes": "int4",
 }
 OPTIMIZERS = {
     "adam": "adam", "adamw": "adamw", "adamw-torch": "adamw", "adamw-hf": "adamw",

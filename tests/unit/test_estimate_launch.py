@@ -206,3 +206,19 @@ def test_options_are_checked_against_their_own_parser(capsys):
         main(["estimate", "train", "--histroy", "x.csv"])
     assert "did you mean --history" in capsys.readouterr().err
     assert main(["estimate", "--model", "resnet50", "--batch_size", "8", "--json", "--correction", "none"]) == 0
+
+
+def test_a_vllm_server_is_inference_that_reserves_its_share():
+    spec = parse_script("vllm serve TheBloke/Llama-2-13B-AWQ --quantization awq --max-model-len 4096 "
+                        "--gpu-memory-utilization 0.85 --tensor-parallel-size 2\n")
+    assert (spec.mode, spec.runtime, spec.precision, spec.seq_len, spec.gpu_memory_utilization, spec.tp) == \
+        ("inference", "vllm", "gptq", 4096, 0.85, 2)
+    assert spec.model == "Llama-2-13B-AWQ"
+
+
+def test_a_vllm_server_needs_no_batch_and_asks_for_its_share():
+    from slurm_liquid.estimate.api import estimate
+
+    spec = parse_script("vllm serve meta-llama/Llama-2-13b-hf --max-model-len 4096 --tensor-parallel-size 2\n")
+    result = estimate(spec, gpu_type="a100-80gb", correction="none")
+    assert result.decision.gpus == 2 and result.decision.need_mib == 73728     # 0.9 of each 81,920 MiB card
