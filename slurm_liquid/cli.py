@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         sub_parser = argparse.ArgumentParser(prog=f"slurm-liquid {top.command}", description=help_text)
         module.add_arguments(sub_parser)
-        args = sub_parser.parse_args(rest)
+        prepare = getattr(module, "prepare_argv", None)   # a module may check its own flags' spelling first
+        args = sub_parser.parse_args(prepare(sub_parser, rest) if prepare else rest)
     try:
         return int(module.run(args) or 0)
     except LiquidError as exc:

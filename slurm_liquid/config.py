@@ -95,10 +95,13 @@ class EstimateConfig:
     retrain_every_h: float = 0.0       # the daemon refits `correction` from sacct this often (0: never)
     retrain_since_days: int = 90       # ... from the jobs of this many past days
     retrain_allow_standin: bool = False   # learn from stand-in readings too (test clusters only)
+    risk: float = 0.05                 # stated risk that a job exceeds the memory it is given (docs/estimate.md)
+    risk_file: str = ""                # calibration scores (`estimate calibrate`); "" = the shipped ones
 
     def kwargs(self) -> dict[str, Any]:
         """The settings `estimate.api.estimate` takes, as every caller passes them."""
-        return {"site": self.site or None, "correction": self.correction or None, "busy_util": self.busy_util}
+        return {"site": self.site or None, "correction": self.correction or None, "busy_util": self.busy_util,
+                "risk": self.risk, "risk_file": self.risk_file or None}
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
     if est:
         parts = ", ".join(f"{k} {v:,} MiB" for k, v in est["breakdown_mib"].items())
         print(f"  per-GPU memory: {parts}")
+        if est.get("risk"):   # the request is the bound; the point estimate is what the model expects
+            print(f"  point estimate {est['point_mib']:,} MiB per GPU, bound {est['bound_mib']:,} MiB: "
+                  f"risk 1 in {round(1 / est['risk'])} of exceeding it ({est['risk_models']} calibration models)")
         print(f"  CPUs per GPU {est['cpus_per_gpu']}, host memory per GPU {est['host_mem_mib_per_gpu']:,} MiB, "
               f"scaling efficiency {est['scaling_efficiency']:.2f} (up to {est['max_efficient_gpus']} GPUs)")
     _print_used(out)

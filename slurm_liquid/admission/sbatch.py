@@ -2,7 +2,8 @@
 
 A thin wrapper: every `--liquid-KEY VALUE` (or `--liquid-KEY=VALUE`) becomes `KEY=VALUE` in a
 `--comment="liquid: ..."`, the job-spec vocabulary of `#LIQUID` lines; every other argument goes to
-sbatch untouched, in order. The spec is checked here first, so a typo fails before anything is
+sbatch untouched, in order. A `--comment` of the user's own rides along after ` || ` (the record
+keeps it verbatim); a `liquid:` one is merged with the flags. The spec is checked here first, so a typo fails before anything is
 submitted; cli_filter.lua and the daemon then read the comment like any other job's.
 """
 
@@ -15,6 +16,7 @@ from typing import Sequence
 from slurm_liquid.errors import UsageError
 from slurm_liquid.jobspec import JobSpec, KEYS, canonical_key, parse_comment
 from slurm_liquid.ledger import comment_spec
+from slurm_liquid.ledger.optin import USER_SEP
 
 RAW_ARGV = True   # the dispatcher hands over the arguments unparsed: they are mostly sbatch's
 PREFIX = "--liquid-"
@@ -73,14 +75,16 @@ def sbatch_argv(argv: Sequence[str]) -> list[str]:
         return ["sbatch", *passed] if comment is None else ["sbatch", f"--comment={comment}", *passed]
     spec = JobSpec.from_values(values, source="slurm-liquid sbatch")
     text = spec.to_directive().removeprefix("#LIQUID ")
+    user = ""
     if comment is not None:
         said = comment_spec(comment)
-        if said is None:
-            raise UsageError("--comment and --liquid-* flags both want the job Comment; "
-                             "put the job spec in #LIQUID lines of the script, or drop --comment")
-        text = said + " " + text
-        parse_comment(f"liquid: {text}")   # the merged spec must hold together too (conflicts, bad values)
-    return ["sbatch", f"--comment=liquid: {text}", *passed]
+        if said is None:               # the user's own text: kept after the spec, as records keep it
+            user = comment.strip()
+        else:
+            text = (said + " " + text).strip()
+            user = comment.partition(USER_SEP)[2].strip()
+            parse_comment(f"liquid: {text}")   # the merged spec must hold together too (conflicts, bad values)
+    return ["sbatch", f"--comment=liquid: {text}" + (f"{USER_SEP}{user}" if user else ""), *passed]
 
 
 def _is_bool(text: str) -> bool:

@@ -7,6 +7,11 @@ checkpointing, a fused attention kernel, mixed precision, ZeRO/FSDP on the same 
 of the optimizer, tensor parallelism inside a node, more GPUs with sharding (never more than the
 site has), a bigger GPU type of the site. When no single change is enough, all of the cheap ones
 together are tried on the widest width the site allows.
+
+Every option keeps the global batch exactly (micro-batch x accumulation x data-parallel GPUs):
+a smaller micro-batch only where it divides the samples per GPU and step, more GPUs only where
+their data-parallel ranks divide the global batch (the micro-batch or the accumulation rescaled to
+match), and the option says the global batch it keeps.
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from slurm_liquid.estimate.catalog import ModelEntry
-from slurm_liquid.estimate.decide import MAX_WIDTH, _widths, model_parallel, site_gpus
+from slurm_liquid.estimate.decide import (MAX_WIDTH, VLLM_UTILIZATION, _widths, global_batch, model_parallel,
+                                          site_gpus)
 from slurm_liquid.estimate.gpus import GpuTable, GpuType
 from slurm_liquid.estimate.prior import MIB, Breakdown
 from slurm_liquid.jobspec import JobSpec
@@ -50,7 +56,7 @@ def advise(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gpus
     """Options that make the job fit, cheapest first (at most `limit`)."""
     out: list[Option] = []
     for option in _options(entry, spec, gpu, table, gpus, micro, need):
-        if option.why == TOGETHER and out:
+        if option.why.startswith(TOGETHER) and out:
             break                      # one change is enough: no need to stack them all
         if option.change not in {o.change for o in out}:
             out.append(option)
@@ -59,8 +65,11 @@ def advise(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gpus
     return out
 
 
-def _fits(need_b: Breakdown, gpu: GpuType, table: GpuTable) -> bool:
-    return need_b.total <= gpu.mem_mib * (1 - table.headroom) * MIB
+def _fits(need_b: Breakdown, gpu: GpuType, table: GpuTable, spec: JobSpec) -> bool:
+    usable = gpu.mem_mib * (1 - table.headroom)
+    if spec.runtime == "vllm" and spec.mode == "inference":   # vLLM starts only within its own share
+        usable = min(usable, (spec.gpu_memory_utilization or VLLM_UTILIZATION) * gpu.mem_mib)
+    return need_b.total <= usable * MIB
 
 
 def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gpus: int, micro: int,
@@ -73,15 +82,18 @@ def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gp
     def sized(change: str, why: str, new: JobSpec, n: int = gpus, shard: str | None = None,
               card: GpuType = gpu) -> Option | None:
         b = need(new, n, shard or new.sharding or "none")
-        if not _fits(b, card, table):
+        if not _fits(b, card, table, new):
             return None
         return Option(change, why, n, card.name, int(math.ceil(b.total / MIB)))
 
     # 1. smaller micro-batch, more accumulation: same global batch, same GPUs
     accum = spec.grad_accum or 1
+    batch = global_batch(_with(spec, micro_batch=spec.micro_batch or micro), gpus)
     for m in range(micro - 1, 0, -1) if micro > 1 else ():
-        steps = math.ceil(micro * accum / m)
-        option = sized(f"micro-batch={m} grad-accum={steps}", "same global batch in more steps",
+        if (micro * accum) % m:
+            continue                   # m x steps would not be the same samples per GPU and step
+        steps = micro * accum // m
+        option = sized(f"micro-batch={m} grad-accum={steps}", f"same global batch {batch} in more steps",
                        _with(spec, micro_batch=m, grad_accum=steps))
         if option:
             yield option
@@ -123,18 +135,21 @@ def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gp
             if tp <= table.gpus_per_node and entry.heads % tp == 0 and tp > (spec.tp or 1):
                 n = gpus // (spec.tp or 1) * tp
                 if n <= capacity:
-                    option = sized(f"tp={tp}", f"tensor parallelism over {tp} GPUs of a node",
+                    option = sized(f"tp={tp}", f"tensor parallelism over {tp} GPUs of a node, same global batch {batch}",
                                    _with(spec, tp=tp), n=n)
                     if option:
                         yield option
                         break
     stage = sharding if sharding in ("zero3", "fsdp") else ("fsdp" if training and not spec.adapter else sharding)
     for n in _widths(table.gpus_per_node, gpus + 1, capacity):
-        if n % parallel or (not spec.micro_batch and n // parallel > (spec.batch_size or 1)):
+        rescaled = _same_batch(spec, batch, n, parallel, micro)
+        if n % parallel or rescaled is None:
             continue
-        option = sized(f"gpus={n}" + (f" sharding={stage}" if stage != sharding else ""),
-                       "more GPUs, states sharded over them" if stage in ("zero3", "fsdp") else "more GPUs",
-                       _with(spec, sharding=stage if stage != "none" else spec.sharding), n=n, shard=stage)
+        words, new = rescaled
+        option = sized(" ".join([f"gpus={n}", *words] + ([f"sharding={stage}"] if stage != sharding else [])),
+                       ("more GPUs, states sharded over them" if stage in ("zero3", "fsdp") else "more GPUs")
+                       + f", same global batch {batch}",
+                       _with(new, sharding=stage if stage != "none" else spec.sharding), n=n, shard=stage)
         if option:
             yield option
             break
@@ -144,16 +159,39 @@ def _options(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable, gp
             if option:
                 yield option
                 break
-    # nothing single was enough: the cheap changes together, on the widest width allowed
-    together = _with(spec, micro_batch=1, grad_accum=micro * accum, **cheap)
-    if training and not spec.adapter:
-        together = _with(together, sharding="fsdp", offload="optimizer")
+    # nothing single was enough: the cheap changes together, on the widest width allowed that keeps
+    # the global batch (micro-batch 1, the accumulation making up the rest)
     wide = min(capacity, max(gpus, table.gpus_per_node))
     wide -= wide % parallel
-    names = ["micro-batch=1", f"grad-accum={micro * accum}", *(f"{k}={str(v).lower()}" for k, v in cheap.items())]
+    while wide > gpus and batch % max(1, wide // parallel):
+        wide -= parallel
+    wide = max(wide, gpus)
+    steps = max(1, batch // max(1, wide // parallel))
+    together = _with(spec, micro_batch=1, grad_accum=steps, **cheap)
+    if training and not spec.adapter:
+        together = _with(together, sharding="fsdp", offload="optimizer")
+    names = ["micro-batch=1", f"grad-accum={steps}", *(f"{k}={str(v).lower()}" for k, v in cheap.items())]
     if training and not spec.adapter:
         names += ["sharding=fsdp", "offload=optimizer"]
-    option = sized(" ".join(names) + (f" gpus={wide}" if wide != gpus else ""), TOGETHER,
+    option = sized(" ".join(names) + (f" gpus={wide}" if wide != gpus else ""),
+                   f"{TOGETHER}, same global batch {batch}",
                    together, n=max(wide, parallel), shard=together.sharding)
     if option:
         yield option
+
+
+def _same_batch(spec: JobSpec, batch: int, n: int, parallel: int, micro: int) -> tuple[list[str], JobSpec] | None:
+    """The directives that run the global batch `batch` on n GPUs exactly, and the spec with them;
+    None when no whole micro-batch and accumulation do."""
+    ranks = max(1, n // parallel)
+    accum = spec.grad_accum or 1
+    if batch % ranks:
+        return None
+    per_rank = batch // ranks                     # samples per rank and step
+    if not spec.micro_batch:                      # the launcher splits the global batch: nothing to say
+        return ([], spec) if per_rank % accum == 0 else None
+    if per_rank % accum == 0:
+        return [f"micro-batch={per_rank // accum}"], _with(spec, micro_batch=per_rank // accum)
+    if per_rank % micro == 0:
+        return [f"grad-accum={per_rank // micro}"], _with(spec, grad_accum=per_rank // micro)
+    return None

@@ -188,7 +188,10 @@ def _read(path: str) -> Mapping[str, Any]:
     text = read_text(path, "site")
     if path.endswith(".toml"):
         try:
-            import tomllib
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10: the same parser, as the tomli package
+                import tomli as tomllib
             data = tomllib.loads(text)
         except (ValueError, ImportError, RecursionError) as exc:
             reason = "nested too deeply" if isinstance(exc, RecursionError) else exc

@@ -17,7 +17,9 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from slurm_liquid.errors import UsageError
-from slurm_liquid.jobspec import JobSpec, add_arguments as add_spec_arguments, parse_comment, parse_script
+from slurm_liquid.estimate.risk import DEFAULT_RISK
+from slurm_liquid.jobspec import (JobSpec, UserFiles, add_arguments as add_spec_arguments, parse_comment,
+                                  parse_script)
 
 if TYPE_CHECKING:  # the submit path imports none of the training code
     from slurm_liquid.estimate.catalog import Catalog
@@ -37,6 +39,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--correction", metavar="FILE", help="fitted correction JSON (or "
                         "$SLURM_LIQUID_CORRECTION; `none` for the prior alone)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--risk", type=float, default=DEFAULT_RISK, metavar="P",
+                        help="stated risk that a job exceeds the memory asked for (0.05 = 1 in 20)")
+    parser.add_argument("--risk-file", metavar="FILE", help="calibration scores (estimate calibrate; or "
+                        "$SLURM_LIQUID_RISK_FILE; default: the shipped published peaks)")
     add_spec_arguments(parser)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     train = sub.add_parser("train", help="fit the learned correction from history records or "
@@ -59,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--quantile", type=float, default=0.9, help="upper quantile to report (0.5-0.99)")
     # also after `train`; SUPPRESS keeps a --json given before `train`
     train.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the report as JSON")
+    cal = sub.add_parser("calibrate", help="calibrate the stated risk on measured peaks (history rows: "
+                         "the agents' or a profile's) together with the shipped published ones")
+    cal.add_argument("--history", action="append", required=True, metavar="FILE", help="CSV/JSONL history (repeatable)")
+    cal.add_argument("--out", dest="calibrate_out", required=True, metavar="FILE", help="risk file to write")
+    cal.add_argument("--site-only", action="store_true", help="only these rows, not the shipped scores too")
     prof = sub.add_parser("profile", help="train a few steps with PyTorch and record peak memory")
     prof.add_argument("--models", dest="profile_models", required=True, type=_list, metavar="A,B")
     prof.add_argument("--batch-sizes", dest="profile_batches", required=True, type=_list, metavar="N,M")
@@ -71,13 +82,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     prof.add_argument("--out", dest="profile_out", required=True, metavar="CSV", help="rows are appended")
 
 
+def prepare_argv(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The arguments with `--key_name` spelt `--key-name` (as in directives), and one clear error for
+    an option the parser of that position does not know (argparse would take its value for the
+    ACTION: "invalid choice"). Options before an action are the estimate's, after it the action's."""
+    actions = _options(parser)
+    subs = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+    out: list[str] = []
+    takes_value = False
+    for i, token in enumerate(argv):
+        if token == "--":
+            return out + argv[i:]
+        if not token.startswith("-") and token in subs and not takes_value:
+            actions = _options(subs[token])   # the action's own options from here on
+        elif token.startswith("--") and len(token) > 2:
+            name, sep, value = token.partition("=")
+            dashed = "--" + name[2:].replace("_", "-")
+            if name not in actions and dashed in actions:
+                token, name = dashed + sep + value, dashed
+            elif name not in actions and not any(k.startswith(dashed) for k in actions):
+                import difflib
+
+                close = difflib.get_close_matches(dashed, sorted(actions), n=2, cutoff=0.6)
+                parser.error(f"unknown option {name}" + (f"; did you mean {' or '.join(close)}?" if close
+                                                        else "; see --help for the options"))
+            action = actions.get(name)
+            takes_value = not sep and action is not None and action.nargs not in (0, "?")
+            out.append(token)
+            continue
+        takes_value = False
+        out.append(token)
+    return out
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {s: action for action in parser._actions for s in action.option_strings if s.startswith("--")}
+
+
 def _read(path: str, what: str) -> str:
+    """A file's text. Bytes that are not UTF-8 (a Latin-1 comment, which sbatch accepts) read as
+    U+FFFD: the directives and flags around them are ASCII and still read."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc)
-        raise UsageError(f"{what} {path}: cannot read it: {reason}") from None
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
 
 
 def _explicit(spec: JobSpec) -> dict[str, object]:
@@ -92,7 +141,11 @@ def job_spec(args: argparse.Namespace) -> JobSpec:
     if args.comment:
         layers.append(parse_comment(args.comment))
     if args.script:
-        layers.append(parse_script(_read(args.script, "script")))
+        # this process runs as the user: it may read the launch configs the script names
+        import os
+
+        files = UserFiles([os.path.dirname(os.path.abspath(args.script)), os.getcwd()])
+        layers.append(parse_script(_read(args.script, "script"), read=files))
     if len(layers) == 2:
         a, b = (_explicit(s) for s in layers)
         for key in sorted(a.keys() & b.keys()):
@@ -106,7 +159,9 @@ def _run_estimate(args: argparse.Namespace) -> int:
     from slurm_liquid.estimate.api import estimate
 
     spec = job_spec(args)
-    result = estimate(spec, site=args.site, correction=args.correction)
+    if not 0 < args.risk < 1:
+        raise UsageError(f"risk: {args.risk} is outside (0, 1) (0.05 = 1 job in 20)")
+    result = estimate(spec, site=args.site, correction=args.correction, risk=args.risk, risk_file=args.risk_file)
     if args.json:
         print(json.dumps(result.to_json(), sort_keys=False))
     else:
@@ -120,7 +175,11 @@ def _text(out: dict) -> str:
              f"per-GPU memory (MiB), micro-batch {out['micro_batch']}, sharding {out['sharding']}:"]
     lines += [f"  {name:12s} {b[name]:>9,}" for name in b]
     lines += [f"  {'total':12s} {out['gpu_mem_mib']:>9,}   (prior {out['prior_mib']:,} x correction "
-              f"{out['correction_factor']} [{out['correction']}])", "",
+              f"{out['correction_factor']} [{out['correction']}] x risk margin {out['risk_factor']})",
+              f"point:    {out['point_mib']:,} MiB per GPU; bound {out['bound_mib']:,} MiB at risk "
+              + (f"1 in {round(1 / out['risk'])} of exceeding it ({out['risk_models']} calibration models"
+                 + ("" if out["risk_guaranteed"] else ", too few for this risk: not guaranteed") + ")"
+                 if out["risk"] else "not stated"), "",
               f"request:  --gres={out['gres']} --nodes={out['nodes']}  "
               f"({out['gpus']} GPU(s) of {out['gpu_type']}, {out['gpu_mem_total_mib']:,} MiB each)",
               f"cpus/gpu: {out['cpus_per_gpu']}   host memory/gpu: {out['host_mem_mib_per_gpu']:,} MiB",
@@ -135,6 +194,11 @@ def _text(out: dict) -> str:
         lines += [f"  - {o['change']} ({o['why']}): {o['need_mib']:,} MiB per GPU on {o['gpus']} x "
                   f"{o['gpu_type']}" for o in out["advice"]]
     lines += [f"note:     {note}" for note in out["notes"]]
+    lines += ["", "read (value, source):"]
+    lines += [f"  {key:22s} {str(v['value']).lower() if isinstance(v['value'], bool) else v['value']!s:24s} "
+              f"{v['source']}" + (f": {v['where'].removeprefix(v['source']).strip()}"
+                                  if v["where"] not in ("default", v["source"], "command-line flag") else "")
+              for key, v in out["inputs"].items()]
     return "\n".join(lines)
 
 
@@ -257,10 +321,49 @@ def _run_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_calibrate(args: argparse.Namespace) -> int:
+    """Scores of the site's measured rows under the site's estimator (prior x its correction)."""
+    import math
+    import os
+    from pathlib import Path
+
+    from slurm_liquid.estimate import risk
+    from slurm_liquid.estimate.api import SITE_ENV, _load_correction, correction_path
+    from slurm_liquid.estimate.catalog import load_catalog
+    from slurm_liquid.estimate.gpus import load_gpu_table
+    from slurm_liquid.estimate.history import read_history
+    from slurm_liquid.estimate.prior import MIB
+
+    site = args.site or os.environ.get(SITE_ENV) or None
+    catalog, context = load_catalog(site), load_gpu_table(site).context_mib
+    path = correction_path(args.correction)
+    fitted = _load_correction(path) if path else None
+    pairs = []
+    for record in (r for p in args.history for r in read_history(p, catalog, context)):
+        point = record.prior.scaled(fitted.factor(record.entry, record.spec, record.prior)) if fitted else record.prior
+        fixed = point.context if record.measure == "nvml" else 0.0
+        pairs.append((record.entry.name, max(record.measured_mib * MIB - fixed, 1.0),
+                      point.for_measure(record.measure) - fixed))
+    scores = risk.scores_from(pairs)     # one per model: its worst row
+    if not args.site_only:
+        scores = tuple(sorted(scores + risk.load(risk.SHIPPED).scores))
+    model = risk.RiskModel(scores, f"{len(pairs)} site rows ({', '.join(args.history)})"
+                           + ("" if args.site_only else " + the shipped published peaks"))
+    risk.save(model, Path(args.calibrate_out), meta={"correction": path, "site_rows": len(pairs)})
+    margin = model.margin(args.risk)
+    print(f"calibrated on {len(scores)} models -> {args.calibrate_out}: at risk {args.risk:g} the bound is the point "
+          f"estimate x {margin.factor:.3f}" + ("" if margin.guaranteed else
+                                              f" (too few models for that risk: need {math.ceil(1 / args.risk) - 1})"),
+          file=sys.stderr)
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action == "train":
         return _run_train(args)
     if action == "profile":
         return _run_profile(args)
+    if action == "calibrate":
+        return _run_calibrate(args)
     return _run_estimate(args)

@@ -8,7 +8,8 @@
   alone do not fit one card the job is sharded (ZeRO-3/FSDP) and the width grows until the
   shards fit. Never wider than the site (nodes x GPUs per node, when the site file says); a job
   that fits nowhere keeps its own width and `fits` is false (the caller then names what would fit).
-- Scaling: a step on n GPUs costs compute/n + ring all-reduce 2(n-1)/n x gradient bytes / link
+- Scaling: a step on n GPUs costs compute of the global batch/n (a script that fixes its per-GPU
+  micro-batch grows the global batch with the GPUs) + ring all-reduce 2(n-1)/n x gradient bytes / link
   bandwidth (NVLink inside a node, the network across nodes); `max_efficient_gpus` is the widest
   count (up to max-gpus) whose efficiency stays at or above MIN_EFFICIENCY, for elastic jobs.
 - Fine-grained sharing: a one-GPU job that needs at most SHARE_LIMIT of a card gets `shard:K`
@@ -41,6 +42,7 @@ HOST_BASE_MIB = 4096
 HOST_PER_CPU_MIB = 1024        # a data-loader worker each
 MAX_WIDTH = 4096
 BUSY_UTIL = 60.0               # % median GPU utilisation at or above which a job is too busy to share
+VLLM_UTILIZATION = 0.9         # vLLM's default gpu_memory_utilization
 MIN_EVIDENCE = 3               # jobs measured before their utilisation overrides the memory rule
 
 
@@ -85,11 +87,26 @@ def flops_per_sample(entry: ModelEntry, spec: JobSpec) -> float:
     return 6.0 * entry.params
 
 
+def global_batch(spec: JobSpec, n: int) -> int:
+    """Samples per optimizer step on n GPUs: the global batch as said, else what a script that fixes
+    its per-GPU micro-batch makes of it (micro-batch x accumulation x data-parallel GPUs)."""
+    if spec.batch_size:
+        return spec.batch_size
+    return (spec.micro_batch or 1) * (spec.grad_accum or 1) * max(1, n // model_parallel(spec))
+
+
+def keeps_batch(spec: JobSpec, n: int) -> bool:
+    """Whether n GPUs can run the stated global batch exactly: its data-parallel ranks x the
+    accumulation steps divide it (a script that fixes its micro-batch instead keeps that)."""
+    if not spec.batch_size or spec.micro_batch:
+        return True
+    return spec.batch_size % (max(1, n // model_parallel(spec)) * (spec.grad_accum or 1)) == 0
+
+
 def efficiency(entry: ModelEntry, spec: JobSpec, n: int, gpu: GpuType, table: GpuTable) -> float:
     if n <= 1:
         return 1.0
-    batch = spec.batch_size or 1
-    compute = flops_per_sample(entry, spec) * batch / n / (PEAK_TFLOPS * 1e12 * MFU)
+    compute = flops_per_sample(entry, spec) * global_batch(spec, n) / n / (PEAK_TFLOPS * 1e12 * MFU)
     link = gpu.link_gbs if n <= table.gpus_per_node else min(gpu.link_gbs, table.inter_node_gbs)
     grad_bytes = entry.params * (2.0 if (spec.precision or "fp32") != "fp32" else 4.0)
     comm = 2 * (n - 1) / n * grad_bytes / (link * 1e9)
@@ -129,18 +146,26 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     """`need(n, sharding)` is the (corrected) per-GPU breakdown on n GPUs; `measured` what past
     jobs of this model used (None: no evidence, memory alone decides sharing)."""
     usable = gpu.mem_mib * (1 - table.headroom) * MIB
+    reserve = 0.0
+    if spec.runtime == "vllm" and spec.mode == "inference":
+        # vLLM takes gpu_memory_utilization of the card up front (weights, activations, the rest
+        # KV-cache blocks): it starts only if its own need fits that share, and then holds all of it
+        reserve = (spec.gpu_memory_utilization or VLLM_UTILIZATION) * gpu.mem_mib * MIB
+        usable = min(usable, reserve)
     sharding = spec.sharding or "none"
     parallel = model_parallel(spec)
     low = max(spec.min_gpus or 1, parallel)
     high = max(low, min(spec.max_gpus or MAX_WIDTH, site_gpus(table) or MAX_WIDTH))
     if not spec.micro_batch:  # more data-parallel ranks than samples per step cannot cut memory
         high = max(low, min(high, parallel * math.ceil((spec.batch_size or 1) / (spec.grad_accum or 1))))
-    single = need(low, sharding)
+    # a script that fixes its per-GPU batch runs on the GPUs it asked for: judge its states there
+    single = need(max(spec.gpus, low) if spec.micro_batch and spec.gpus else low, sharding)
     auto = False
     if (sharding in ("none", "zero1", "zero2") and spec.mode != "inference" and not spec.adapter
             and single.model_states + single.context > usable):
         sharding, auto = "fsdp", True
     widths = [n for n in _widths(table.gpus_per_node, low, high) if n % parallel == 0] or [low]
+    widths = [n for n in widths if keeps_batch(spec, n)] or widths
     if spec.micro_batch and spec.gpus and sharding == (spec.sharding or "none"):
         widths = [max(spec.gpus, low)]   # the script's own width: its per-GPU batch is fixed
     chosen, fits = max(spec.gpus or low, low), False
@@ -151,7 +176,7 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     if not fits:
         sharding = spec.sharding or "none"  # say what the job as written needs, not a guess
     per_gpu = need(chosen, sharding)
-    need_mib = int(math.ceil(per_gpu.total / MIB))
+    need_mib = int(math.ceil(max(per_gpu.total, reserve if fits else 0.0) / MIB))
     nodes = max(1, math.ceil(chosen / table.gpus_per_node))
     per_node = math.ceil(chosen / nodes)
     shards = 0
@@ -167,11 +192,17 @@ def decide(entry: ModelEntry, spec: JobSpec, gpu: GpuType, table: GpuTable,
     cpus = CPUS_PER_GPU.get(entry.family, 4)
     if shards:
         cpus = max(2, math.ceil(cpus * shards / table.shards_per_gpu))
-    host = HOST_BASE_MIB + cpus * HOST_PER_CPU_MIB + 1.5 * per_gpu.model_states / MIB
+    # a data-loader worker per CPU; staging 1.5x the rank's model states (checkpoint save/load),
+    # wherever they live; and what offloading keeps in host memory for the whole run
+    host = (HOST_BASE_MIB + cpus * HOST_PER_CPU_MIB + 1.5 * (per_gpu.model_states + per_gpu.host) / MIB
+            + per_gpu.host / MIB)
     # A GPU's share of its node is all a job can get per GPU when the node is full.
     if table.cpus_per_node:
         cpus = max(1, min(cpus, table.cpus_per_node // table.gpus_per_node))
     if table.mem_mib_per_node:
+        if per_gpu.host and host > table.mem_mib_per_node / table.gpus_per_node:
+            notes += (f"offloading keeps {per_gpu.host / MIB:,.0f} MiB per GPU in host memory: more than a "
+                      "GPU's share of a node; ask for --mem explicitly",)
         host = min(host, table.mem_mib_per_node / table.gpus_per_node)
     widest = chosen
     for n in _widths(table.gpus_per_node, chosen, spec.max_gpus or chosen):

@@ -34,6 +34,7 @@ def opted_in(script: str | None, comment: str | None) -> bool:
 
 
 SPEC_PREFIX = "liquid:"
+USER_SEP = " || "      # what follows it in a Comment is the user's own text, kept verbatim
 
 
 def comment_spec(comment: str | None) -> str | None:
@@ -42,4 +43,4 @@ def comment_spec(comment: str | None) -> str | None:
     body = (comment or "").strip()
     if body[:len(SPEC_PREFIX)].lower() != SPEC_PREFIX:
         return None
-    return body[len(SPEC_PREFIX):].strip()
+    return body[len(SPEC_PREFIX):].partition(USER_SEP)[0].strip()   # `liquid: spec || user text`

@@ -16,11 +16,10 @@ from functools import lru_cache
 from typing import Mapping
 
 from slurm_liquid.ledger.limits import COMMENT_LIMIT, VERSION, clean
-from slurm_liquid.ledger.optin import comment_opts_in
+from slurm_liquid.ledger.optin import USER_SEP, comment_opts_in
 
 # Order in which fields are written (and read best in `sacct -o Comment%120`).
 FIELDS = ("mode", "est", "asked", "set", "placed", "staged", "err", "note")
-USER_SEP = " || "
 _KEY = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
 
 
@@ -84,7 +83,8 @@ class Record:
         if parsed is not None:
             return parsed
         text = (comment or "").strip()
-        return cls() if comment_opts_in(text) else cls(user=text)
+        # `liquid: spec || user text` (the sbatch wrapper's): the user's part is theirs to keep
+        return cls(user=text.partition(USER_SEP)[2].strip()) if comment_opts_in(text) else cls(user=text)
 
     def job_spec(self):
         """The spec as a JobSpec (raises LiquidError when it does not parse, or was cut)."""

@@ -23,7 +23,7 @@ from slurm_liquid.ledger import Record, opted_in
 
 SITE = Path(__file__).resolve().parents[2] / "containers" / "slurm" / "liquid-site.toml"
 SITE_NODES = 4          # `nodes` in the site file
-SMALL = "liquid: model=bert-large batch-size=32 attention=eager"      # one whole H100
+SMALL = "liquid: model=bert-large batch-size=24 attention=eager"      # one whole H100 (at its bound)
 FOUR = "liquid: model=bert-large batch-size=128 follows-allocation"   # one node's worth
 TWO_NODES = "liquid: model=llama-2-7b batch-size=8 seq-len=4096 follows-allocation"  # two whole nodes
 TINY = "liquid: model=resnet50 batch-size=64"                         # a share of one GPU

@@ -88,3 +88,5 @@ def test_what_the_agents_measured_is_shown_beside_the_estimate(capsys, monkeypat
     est = estimate(parse_directives(SPEC), gpu_type="h100", site=str(SITE))
     assert "peak 52,000 MiB per GPU on 2 GPU(s), GPU utilisation 87%" in text
     assert f"{est.to_json()['gpu_mem_mib']:,} vs 52,000 MiB per GPU" in text
+    # the point estimate, the bound that was asked for and the stated risk
+    assert f"point estimate {est.point_mib:,} MiB per GPU, bound {est.decision.need_mib:,} MiB: risk 1 in 20" in text

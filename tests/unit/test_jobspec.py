@@ -93,12 +93,12 @@ def test_training_flags_outside_launchers_are_ignored():
     assert parse_script("echo --batch-size 7\n").batch_size is None
     assert parse_script("torchrun --nproc-per-node 8 main.py --per_device_train_batch_size=16 "
                         "--gradient_checkpointing --zero-stage 2\n").to_dict() == {
-        "micro-batch": 16, "checkpointing": True, "sharding": "zero2"}
+        "micro-batch": 16, "checkpointing": True, "sharding": "zero2", "gpus": 8}
 
 
 @pytest.mark.parametrize("command, expected", [
     # per-GPU flags are the micro-batch; only explicitly global flags are the global batch
-    ("torchrun --nproc_per_node 2 train.py --per_device_train_batch_size 4", {"micro-batch": 4}),
+    ("torchrun --nproc_per_node 2 train.py --per_device_train_batch_size 4", {"micro-batch": 4, "gpus": 2}),
     ("python pretrain_gpt.py --micro-batch-size 2 --global-batch-size 512 --tensor-model-parallel-size 4 "
      "--pipeline-model-parallel-size 2", {"micro-batch": 2, "batch-size": 512, "tp": 4, "pp": 2}),
     ("python train.py --model vit_large_patch16_224 -b 64 --amp", {"model": "vit_large_patch16_224",
@@ -165,7 +165,10 @@ def test_key_spellings_are_one_key(pair):
              "sharding": "fsdp", "checkpointing": "true", "deadline": "48h", "gpu-type": "h100",
              "image-size": "224", "attention": "sdpa", "adapter": "lora", "offload": "optimizer",
              "mode": "inference", "follows-allocation": "true", "hf-config": "config.json", "hidden": "64",
-             "intermediate": "256", "dataset": "/shared/x", "stage": "copy"}.get(key, "4")
+             "intermediate": "256", "dataset": "/shared/x", "stage": "copy", "compile": "true",
+             "offload-activations": "true", "optimizer-in-backward": "true", "kbit-prep": "true",
+             "optimizer-states": "bf16", "runtime": "vllm", "gpu-memory-utilization": "0.9",
+             "lora-targets": "all-linear"}.get(key, "4")
     assert parse_directives(f"#LIQUID {spelling}={value}") == parse_directives(f"#LIQUID {key}={value}")
 
 

@@ -74,10 +74,21 @@ def test_a_liquid_comment_is_merged(flag: list[str]) -> None:
     assert parse_comment(comment_of(argv)).to_dict() == {"model": "x", "batch-size": 8, "precision": "bf16"}
 
 
-@pytest.mark.parametrize("flag", [["--comment", "run 3"], ["--comment=run 3"]])
-def test_a_free_text_comment_with_liquid_flags_is_refused(flag: list[str]) -> None:
-    with pytest.raises(UsageError, match="--comment and --liquid-"):
-        sbatch_argv([*flag, "--liquid-model", "x", "job.sh"])
+@pytest.mark.parametrize("flag", [["--comment", "sweep 42"], ["--comment=sweep 42"]])
+def test_a_free_text_comment_rides_along_with_liquid_flags(flag: list[str]) -> None:
+    from slurm_liquid.ledger import Record, comment_spec
+
+    argv = sbatch_argv([*flag, "--liquid-model", "x", "job.sh"])
+    assert comment_of(argv) == "liquid: model=x || sweep 42"
+    assert parse_comment(comment_of(argv)).to_dict() == {"model": "x"}
+    assert comment_spec(comment_of(argv)) == "model=x"
+    # cli_filter's record keeps the user's text verbatim after the spec
+    record = Record.of_comment(comment_of(argv))
+    assert record.user == "sweep 42"
+    assert Record.parse(record.with_fields(mode="advise").render()).user == "sweep 42"
+    # and a `liquid:` comment with text of its own keeps both
+    merged = sbatch_argv(["--comment", "liquid: precision=bf16 || run 3", "--liquid-model", "x", "job.sh"])
+    assert comment_of(merged) == "liquid: precision=bf16 model=x || run 3"
 
 
 # The wrapper promises "a typo fails before anything is submitted", but the --comment half is not checked.
