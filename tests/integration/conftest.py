@@ -18,9 +18,7 @@ from tests.integration.cluster import CLUSTER, Cluster
 SUITES = os.environ.get("LIQUID_SUITES", "trixie bookworm").split()
 
 
-@pytest.fixture(scope="session", params=SUITES)
-def cluster(request: pytest.FixtureRequest) -> Cluster:
-    suite = request.param
+def _up(suite: str) -> Cluster:
     try:
         proc = subprocess.run([sys.executable, str(CLUSTER), "--suite", suite, "up"], capture_output=True,
                               text=True, timeout=2400, stdin=subprocess.DEVNULL)
@@ -34,3 +32,15 @@ def cluster(request: pytest.FixtureRequest) -> Cluster:
         pytest.skip(message)
     sys.stderr.write(proc.stderr)
     return Cluster(suite, CliBackend(ContainerRunner(f"liquid-{suite}-slurmctld"), timeout_s=30))
+
+
+@pytest.fixture(scope="session", params=SUITES)
+def cluster(request: pytest.FixtureRequest) -> Cluster:
+    return _up(request.param)
+
+
+@pytest.fixture(scope="session", params=SUITES[:1])
+def default_cluster(request: pytest.FixtureRequest) -> Cluster:
+    """The first suite of LIQUID_SUITES only (Slurm 24.11 by default): for long end-to-end tests whose
+    version-specific steps other tests run on every suite (CI's time is bounded)."""
+    return _up(request.param)
