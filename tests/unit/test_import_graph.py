@@ -83,3 +83,29 @@ def test_the_simulator_and_the_daemon_share_one_loop() -> None:
     assert "slurm_liquid.loop.core" in closure("slurm_liquid.sim.backend")
     assert "slurm_liquid.loop.core" in closure("slurm_liquid.daemon.elastic")
     assert "slurm_liquid.sim.backend" in closure("slurm_liquid.sim.engine")
+
+
+# Policy modules that import the simulator today, outside the paper replica (to be moved below it).
+POLICY_SIM_IMPORTS = {"slurm_liquid.policy.dl2.cli", "slurm_liquid.policy.dl2.train"}
+
+
+def test_no_policy_module_imports_the_simulator() -> None:
+    policies = [m for m in MODULES if m.startswith("slurm_liquid.policy")]
+    assert "slurm_liquid.policy.dl2.psworker" in policies and "slurm_liquid.policy.dl2.psworker_train" in policies
+    for module in policies:
+        if module not in POLICY_SIM_IMPORTS:
+            reached = sorted(m for m in imports(module) if m.startswith("slurm_liquid.sim"))
+            assert not reached, f"{module} imports {reached}"
+
+
+def test_the_paper_world_sits_below_both_the_policy_and_the_simulator() -> None:
+    # the replica's world is imported by DL2's PS/worker policy and by the simulator's replica, never the reverse
+    world = [m for m in MODULES if m.startswith("slurm_liquid.psworld")]
+    assert len(world) >= 4
+    for module in world:
+        reached = sorted(m for m in closure(module) if m.startswith(("slurm_liquid.sim", "slurm_liquid.policy")))
+        assert not reached, f"{module} reaches {reached}"
+    # and the PS/worker policy reaches no simulator module (its training reaches one only through
+    # POLICY_SIM_IMPORTS' policy.dl2.train, for its supervised step)
+    assert not [m for m in closure("slurm_liquid.policy.dl2.psworker") if m.startswith("slurm_liquid.sim")]
+    assert "slurm_liquid.policy.dl2.psworker" not in closure("slurm_liquid.sim.paper_policies")
