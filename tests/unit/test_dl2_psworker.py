@@ -49,18 +49,38 @@ def test_actions_count_against_capacity_and_every_counted_task_is_placed() -> No
     assert [(j.ps, j.workers) for j in jobs] == counted and (slot.used <= P.NODE_SLOTS).all()
 
 
+@pytest.mark.parametrize("placement", P.PLACEMENTS)
 @pytest.mark.parametrize("teacher, seed, roles", [
     (P.PaperDRF, 2, {2}),  # DRF adds bundles only
     (P.PaperHull, 5, {0, 1, 2}),  # hull's steps: workers, PS, and bundles where a step adds both
 ])
-def test_imitating_a_teacher_reproduces_it_when_the_window_holds_every_job(teacher, seed, roles) -> None:
+def test_imitating_a_teacher_reproduces_it_when_the_window_holds_every_job(teacher, seed, roles, placement) -> None:
     run = tiny_run(seed)
+    run.placement = placement  # the teacher and its imitation under the same placement
     expected = run.run(teacher())
     steps: list = []
     imitated = run.run(T.Imitate(teacher(), TINY.window, steps))
     assert imitated.jcts == pytest.approx(expected.jcts)
     assert steps and all(s.valid[s.action] for s in steps)
     assert {s.action % 3 for s in steps if s.action != len(s.valid) - 1} == roles
+
+
+def test_under_the_artifacts_placement_a_refused_action_ends_the_slot() -> None:
+    st = replace(TINY, nodes=2)
+    jobs = [P.PaperJob("dssm", 0, P.MODELS.index("dssm"), 0, 100.0), P.PaperJob("resnet", 1, 0, 0, 100.0)]
+    slot = P.Slot(st, 0, jobs, "artifact")
+    P.assign_bundles(slot)  # dssm's bundle on node 0 (4 CPU), resnet's on node 1 (4 CPU, 4 GPU)
+    state = W.PSState(slot, 10)
+    assert state.apply(state.action_of(jobs[0], "bundle"))  # node 0: 8 CPU used, 8 used in all
+    # node 0 and node 1 (8 used) tie and node 0, with no CPU left, ranks first: the totals (2 of 8
+    # tasks left, 1 GPU worker) allow a resnet worker, the artifact's rule refuses it and the slot ends
+    worker = state.action_of(jobs[1], "worker")
+    assert state.valid()[worker] and not state.apply(worker)
+    assert (jobs[1].ps, jobs[1].workers) == (1, 1) and state.placed == 1
+    pooled = P.Slot(st, 0, jobs, "cpu-first")
+    P.assign_bundles(pooled)
+    state = W.PSState(pooled, 10)
+    assert state.apply(state.action_of(jobs[0], "bundle")) and state.apply(state.action_of(jobs[1], "worker"))
 
 
 def test_imitating_the_best_split_uses_ps_and_worker_actions() -> None:
