@@ -43,6 +43,8 @@ def main() -> int:
     ap.add_argument("--policy-file", help="DL2 PS/worker policy for --policies ...,dl2 (default: the shipped one for "
                     "the setting and placement)")
     ap.add_argument("--out")
+    ap.add_argument("--merge", action="store_true", help="add this run's tables to --out (same seeds) instead of "
+                    "replacing it")
     ap.add_argument("--train", metavar="OUT.npz", help="instead: a supervised warm-up of the PS/worker DL2 on "
                     "--teacher's decisions, traces 0..--train-seeds-1 of the first of --settings, written to OUT.npz")
     ap.add_argument("--teacher", default="drf-best-split", help="drf, optimus, drf-best-split or hull")
@@ -81,8 +83,12 @@ def main() -> int:
     seeds = list(range(args.first, args.first + args.seeds))
     kind = "validation" if VALIDATION <= args.first < HELD_OUT else "held-out" if args.first >= HELD_OUT else "training"
     out: dict = {"seeds": seeds, "placements": {}}
+    if args.merge and args.out and Path(args.out).is_file():
+        out = json.loads(Path(args.out).read_text())
+        if out.get("seeds") != seeds or "placements" not in out:
+            ap.error(f"--merge: {args.out} holds other seeds or another format")
     for placement in placements:
-        out["placements"][placement] = {"settings": {}}
+        out["placements"].setdefault(placement, {"settings": {}})
         for name in args.settings.split(","):
             per: dict[str, dict[int, float]] = {p: {} for p in policies}
             t0 = time.perf_counter()
@@ -93,7 +99,8 @@ def main() -> int:
                 per["bound"][seed] = bound_s(SETTINGS[name], seed)
             means = {p: statistics.fmean(v.values()) for p, v in per.items()}
             out["placements"][placement]["settings"][name] = {"avg_jct_s": means, "per_seed": per,
-                                                              "wall_s": time.perf_counter() - t0}
+                                                              "wall_s": time.perf_counter() - t0,
+                                                              "dl2_file": args.policy_file or "shipped"}
             print(f"\n{name}, placement {placement} ({args.seeds} {kind} traces, seeds {seeds[0]}-{seeds[-1]}, "
                   f"{time.perf_counter() - t0:.0f} s)")
             print("| policy | mean JCT (h) | vs DRF | vs Optimus | re-run of the artifact vs its DRF | paper vs DRF |")

@@ -178,6 +178,7 @@ def _paper() -> list[str]:
             if st is None:
                 continue
             m, per = st["avg_jct_s"], st["per_seed"]
+            dl2 = st.get("dl2_file", "shipped")
             for p, v in m.items():
                 rerun = RERUN.get(name, {}).get(p) if placement == "artifact" else None
                 paper = PAPER.get(p)
@@ -186,7 +187,8 @@ def _paper() -> list[str]:
                     vs_optimus = f"{v / m['optimus'] - 1:+.1%}"
                     ratios = [per[p][k] / per["optimus"][k] for k in per[p]]
                     below = f"{sum(r <= 0.85 for r in ratios)} of {len(ratios)}"
-                lines.append(f"| {name} | {placement} | {p} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | {vs_optimus} | "
+                label = p if p != "dl2" or dl2 == "shipped" else f"dl2 ({Path(dl2).name})"
+                lines.append(f"| {name} | {placement} | {label} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | {vs_optimus} | "
                              f"{below} | {'' if rerun is None else f'{rerun:+.1%}'} | "
                              f"{'' if paper is None else f'{paper:+.1%}'} |")
     return lines + [""]

@@ -128,6 +128,16 @@ def test_the_shipped_policy_of_each_setting_loads_for_it(name, monkeypatch, tmp_
         P.PaperRun(st, P.paper_trace(st, 0)).run(P.make_paper_policy("dl2"))
 
 
+def test_a_placement_uses_its_own_shipped_file_where_one_was_chosen(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(W, "TRAINED_DIR", tmp_path)
+    (tmp_path / "dl2-paper-small.npz").write_bytes(b"")
+    assert W.shipped_file("dl2-paper-small", "artifact") == tmp_path / "dl2-paper-small.npz"
+    (tmp_path / "dl2-paper-small-artifact.npz").write_bytes(b"")
+    assert W.shipped_file("dl2-paper-small", "artifact") == tmp_path / "dl2-paper-small-artifact.npz"
+    assert W.shipped_file("dl2-paper-small", "cpu-first") == tmp_path / "dl2-paper-small.npz"
+    assert W.shipped_file("dl2-paper-small") == tmp_path / "dl2-paper-small.npz"
+
+
 def test_dagger_rounds_add_the_teachers_labels_of_the_students_slots() -> None:
     _, plain = T.warmup(TINY, P.PaperHull(), range(2), epochs=1, hidden=8, window=TINY.window)
     params, meta = T.warmup(TINY, P.PaperHull(), range(2), epochs=1, hidden=8, window=TINY.window, dagger=1)

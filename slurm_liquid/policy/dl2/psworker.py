@@ -186,8 +186,7 @@ class PSWorkerDL2:
     def _load(self, setting, placement: str) -> None:
         path = shipped_file(setting.name, placement)
         if not path.is_file():
-            under = "" if placement == PLACEMENT else f" under the {placement} placement"
-            raise UsageError(f"no DL2 policy trained for {setting.name}{under} is installed ({path}); "
+            raise UsageError(f"no DL2 policy trained for {setting.name} is installed ({path}); "
                              "give one with --policy-file")
         self.params, meta = load_psworker(path)
         self.window = self.window or int(meta["window"])
@@ -213,9 +212,11 @@ class PSWorkerDL2:
 
 
 def shipped_file(setting: str, placement: str = PLACEMENT) -> Path:
-    """The installed file for a setting: `<setting>.npz` under the default placement, else
-    `<setting>-<placement>.npz`."""
-    return TRAINED_DIR / (f"{setting}.npz" if placement == PLACEMENT else f"{setting}-{placement}.npz")
+    """The installed file for a setting and placement: `<setting>-<placement>.npz` where a file was
+    chosen for that placement (on validation traces, docs/dl2.md), else `<setting>.npz` (trained
+    under the default placement, `cpu-first`)."""
+    own = TRAINED_DIR / f"{setting}-{placement}.npz"
+    return own if placement != PLACEMENT and own.is_file() else TRAINED_DIR / f"{setting}.npz"
 
 
 def load_psworker(path: str | Path) -> tuple[Params, dict]:
