@@ -166,7 +166,8 @@ def _paper() -> list[str]:
              "and placement, every policy of a row group under the same placement (`artifact`: each task on the "
              "least-used node as it is decided, a refused one ending the policy's slot; `cpu-first`: counted against "
              "the cluster's totals, placed at the end of the slot); `dl2` is the shipped file for the setting and "
-             "placement. 're-run' is a Python re-run of the artifact's own baselines against its DRF (artifact's "
+             "placement (`psworker.shipped_file`: a placement without a file of its own runs the setting's, trained "
+             "under `cpu-first`; docs/dl2.md). 're-run' is a Python re-run of the artifact's own baselines against its DRF (artifact's "
              "placement).", "",
              "`nice python benchmarks/dl2/paper.py --seeds 8 --policies drf,optimus,drf-best-split,hull,dl2 "
              "--out benchmarks/dl2/runs/paper.json`", "",
