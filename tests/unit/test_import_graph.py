@@ -4,6 +4,8 @@
 - Policies decide GPU counts only: no policy module reaches a placer (`slurm_liquid.placement`
   beyond the plain state types in `placement.base`).
 - The simulator and the daemon run the one loop (`slurm_liquid.loop`).
+- No policy imports the simulator (`POLICY_SIM_IMPORTS` are the ones left to move), and the DL2 paper
+  replica's world (`slurm_liquid.psworld`) sits below both.
 """
 
 from __future__ import annotations
