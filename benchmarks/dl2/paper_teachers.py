@@ -1,20 +1,23 @@
-"""Which teacher could carry DL2 15% below Optimus in the replica of the DL2 paper's setting?
+"""Which teacher, and which placement order, for the replica's DL2? Chosen on validation traces.
 
-    nice python benchmarks/dl2/paper_teachers.py [--setting dl2-paper-small] [--seeds 8]
+    nice python benchmarks/dl2/paper_teachers.py [--setting dl2-paper-small] [--seeds 8] [--first 5000]
 
 Runs the replica's DRF, Optimus and best-split DRF beside three families of hand-written rules on the
-held-out traces (seeds 10000 on, as `paper.py`), and prints each one's mean JCT against DRF and
-Optimus. The families (none is shipped; they measure how far a teacher could take a warm-up):
+validation traces (seeds 5000-5007: disjoint from the training traces below 5000 and from the
+held-out traces 10000-10007 of `paper.py`, which `--first 10000` reports only after the choice),
+under each placement (`--placement`; every rule of a table under the same one), and prints each one's
+mean JCT against DRF and Optimus. The families (they measure how far a teacher could take a warm-up):
 - `srtf-F`: shortest remaining time first, each job given the (PS, workers) split that runs it fastest
   with the fewest tasks reaching F of its peak speed, while the cluster takes it.
 - `gain/r^A`: Optimus's greedy task-by-task rule, its gain (cut in remaining time) divided by the job's
   remaining time to the power A (favouring short jobs).
 - `drf-short^A`: best-split DRF with its queue keyed by dominant share x remaining time^A.
-- `hull-*`: the replica's `hull` policy (`slurm_liquid.sim.paper.PaperHull`: a worker and a PS each,
-  then the tasks that add the most throughput on each job's best-split speed curve) with its targets
-  placed four ways: `ideal` sets them without placing (as `drf-best-split` does), `cpu-first` (the
-  policy's own) places CPU-only tasks first through the least-used-node rule, `workers-first` GPU
-  workers first, `bundles-first` every job's bundle first, as a DL2 that keeps the bundle round must.
+- `hull` (`slurm_liquid.sim.paper.PaperHull`: a worker and a PS each, then the tasks that add the most
+  throughput on each job's speed curve) under the table's placement, and `hull-order-*`: its counts
+  placed at the end of the slot through the least-used-node rule in another order (run under the
+  artifact's placement, which then places each task as given and skips a refused one): `cpu-first`
+  CPU-only tasks first (the `cpu-first` placement's order), `workers-first` GPU workers first,
+  `bundles-first` every job's bundle first. These choose the order of the `cpu-first` placement.
 - `bound`: every job alone on the cluster at its peak speed within the per-role cap from its arrival slot
   (no policy that keeps the cap beats it; `drf-best-split`'s split ignores the cap).
 """
@@ -27,10 +30,11 @@ import statistics
 import sys
 import time
 
-from slurm_liquid.sim.paper import (SETTINGS, SLOT_S, PaperBestSplit, PaperHull, PaperOptimus, PaperRun,
-                                    make_paper_policy, paper_trace, peak_speed, uses_gpu)
+from slurm_liquid.sim.paper import (PLACEMENTS, SETTINGS, SLOT_S, PaperBestSplit, PaperHull, PaperOptimus, PaperRun,
+                                    Slot, make_paper_policy, paper_trace, peak_speed, place_cpu_first, uses_gpu)
 
-HELD_OUT_SEED = 10_000
+VALIDATION = 5_000  # seeds 5000-5007: every design choice of the replica's DL2 is made on these
+HELD_OUT = 10_000  # seeds 10000-10007: measured after the choices (`paper.py`)
 
 
 def remaining_slots(job) -> float:
@@ -90,20 +94,23 @@ class ShortFirstDRF(PaperBestSplit):
         return job.share(slot.setting.nodes) * remaining_slots(job) ** self.power
 
 
-class Hull(PaperHull):
-    """`PaperHull`'s targets placed another way: GPU workers before the rest, or every job's bundle
-    first (as a DL2 that placed its bundle round before the rest would)."""
+class Ordered(PaperHull):
+    """`PaperHull`'s counts (made on a `cpu-first` shadow of the slot) placed at the end of the slot in
+    `order`, a task the least-used node refuses skipped; for a slot under the artifact's placement."""
 
-    def __init__(self, place: str) -> None:
-        super().__init__(place)
-        self.name = f"hull-{place}"
+    def __init__(self, order: str) -> None:
+        self.order, self.name = order, f"hull-order-{order}"
 
     def schedule(self, slot) -> None:
-        if self.place in ("ideal", "cpu-first"):
-            return super().schedule(slot)
-        targets = {job.id: (ps, workers) for job, ps, workers in self.plan(slot)}
+        shadow = Slot(slot.setting, slot.ts, slot.jobs, "cpu-first")
+        super().schedule(shadow)
+        targets = {j.id: (j.ps, j.workers) for j in slot.jobs if j.ps or j.workers}
+        if self.order == "cpu-first":
+            return place_cpu_first(slot, targets)
         jobs = [j for j in sorted(slot.jobs, key=lambda j: (j.arrival, j.index)) if j.id in targets]
-        if self.place == "bundles-first":
+        for job in slot.jobs:
+            job.ps = job.workers = 0
+        if self.order == "bundles-first":
             for job in jobs:
                 slot.add(job, "bundle")
         for roles, among in ((("worker",), [j for j in jobs if uses_gpu(j)]), (("ps", "worker"), jobs)):
@@ -127,28 +134,36 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--setting", default="dl2-paper-small", choices=sorted(SETTINGS))
     ap.add_argument("--seeds", type=int, default=8)
+    ap.add_argument("--first", type=int, default=VALIDATION, help=f"first trace seed (default {VALIDATION}, the "
+                    f"validation traces; {HELD_OUT} reports the held-out ones)")
+    ap.add_argument("--placement", default=",".join(PLACEMENTS), help=f"one or more of {', '.join(PLACEMENTS)}")
     args = ap.parse_args()
+    placements = [p for p in args.placement.split(",") if p]
+    if not placements or any(p not in PLACEMENTS for p in placements):
+        ap.error(f"--placement must name one or more of {', '.join(PLACEMENTS)}, got {args.placement!r}")
     setting = SETTINGS[args.setting]
-    policies = {name: (lambda name=name: make_paper_policy(name)) for name in ("drf", "optimus", "drf-best-split")}
+    seeds = range(args.first, args.first + args.seeds)
+    policies = {name: (lambda name=name: make_paper_policy(name)) for name in ("drf", "optimus", "drf-best-split", "hull")}
     for f in (1.0, 0.9, 0.8):
         policies[f"srtf-{f:g}"] = lambda f=f: SRTF(f)
     for a in (0.5, 1.0, 1.5, 2.0):
         policies[f"gain/r^{a:g}"] = lambda a=a: GainOverRemaining(a)
     for a in (0.25, 0.5, 1.0):
         policies[f"drf-short^{a:g}"] = lambda a=a: ShortFirstDRF(a)
-    for place in ("ideal", "cpu-first", "workers-first", "bundles-first"):
-        policies[f"hull-{place}"] = lambda place=place: Hull(place)
-    mean: dict[str, float] = {}
-    for name, build in policies.items():
-        t0 = time.perf_counter()
-        mean[name] = statistics.fmean(PaperRun(setting, paper_trace(setting, s), f"seed{s}").run(build()).avg_jct_s
-                                      for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.seeds))
-        print(f"{name:<20} {mean[name] / 3600:7.2f} h  vs drf {mean[name] / mean['drf'] - 1:+6.1%}"
-              f"  vs optimus {mean[name] / mean.get('optimus', mean[name]) - 1:+6.1%}  ({time.perf_counter() - t0:.0f} s)",
-              flush=True)
-    bound = statistics.fmean(bound_s(setting, s) for s in range(HELD_OUT_SEED, HELD_OUT_SEED + args.seeds))
-    print(f"{'bound':<20} {bound / 3600:7.2f} h  vs drf {bound / mean['drf'] - 1:+6.1%}  vs optimus "
-          f"{bound / mean['optimus'] - 1:+6.1%}  (every job alone at its peak speed from its arrival)")
+    orders = {f"hull-order-{o}": (lambda o=o: Ordered(o)) for o in ("cpu-first", "workers-first", "bundles-first")}
+    print(f"{args.setting}, seeds {seeds[0]}-{seeds[-1]}")
+    for placement in placements:
+        print(f"\nplacement {placement}")
+        mean: dict[str, float] = {}
+        for name, build in list(policies.items()) + (list(orders.items()) if placement == "artifact" else []):
+            t0 = time.perf_counter()
+            mean[name] = statistics.fmean(PaperRun(setting, paper_trace(setting, s), f"seed{s}", placement).run(build()).avg_jct_s
+                                          for s in seeds)
+            print(f"{name:<24} {mean[name] / 3600:7.2f} h  vs drf {mean[name] / mean['drf'] - 1:+6.1%}"
+                  f"  vs optimus {mean[name] / mean.get('optimus', mean[name]) - 1:+6.1%}  ({time.perf_counter() - t0:.0f} s)",
+                  flush=True)
+    bound = statistics.fmean(bound_s(setting, s) for s in seeds)
+    print(f"\n{'bound':<24} {bound / 3600:7.2f} h  (every job alone at its peak speed from its arrival)")
     return 0
 
 

@@ -155,36 +155,43 @@ def _bounds() -> list[str]:
 
 
 def _paper() -> list[str]:
-    """benchmarks/dl2/paper.py: the replica of the DL2 paper's setting."""
+    """benchmarks/dl2/paper.py: the replica of the DL2 paper's setting, one table per placement."""
     res = _load("runs/paper.json")
-    if res is None:
+    if res is None or "placements" not in res:
         return []
     from paper import PAPER, RERUN
 
     lines = ["## Replica of the DL2 paper's setting (`paper.py`, `slurm_liquid/sim/paper.py`)", "",
-             f"Mean JCT over {len(res['seeds'])} held-out traces (seeds {res['seeds'][0]}-{res['seeds'][-1]}) per setting; "
-             "'re-run' is a Python re-run of the artifact's own baselines against its DRF.", "",
-             "| setting | policy | mean JCT (h) | vs DRF | vs Optimus | traces 15% below Optimus | re-run vs its DRF "
-             "| paper vs DRF |", "|---|---|---|---|---|---|---|---|"]
-    # the shipped PS/worker DL2 of each setting, same held-out seeds
-    shipped = {"dl2-paper-small": ("runs/paper-dl2-hull-small.json", "hull warm-up + DAgger"),
-               "dl2-paper-large": ("runs/paper-dl2-large.json", "hull warm-up + DAgger, sliding window")}
-    for name, st in res["settings"].items():
-        m, per = dict(st["avg_jct_s"]), dict(st["per_seed"])
-        path, recipe = shipped.get(name, ("", ""))
-        extra = _load(path) if path else None
-        if extra and extra["seeds"] == res["seeds"] and "dl2" in extra["settings"].get(name, {}).get("avg_jct_s", {}):
-            m[f"dl2 (shipped: {recipe})"] = extra["settings"][name]["avg_jct_s"]["dl2"]
-            per[f"dl2 (shipped: {recipe})"] = extra["settings"][name]["per_seed"]["dl2"]
-        for p, v in m.items():
-            rerun, paper = RERUN.get(name, {}).get(p), PAPER.get(p.split(" ")[0])
-            vs_optimus = below = ""
-            if "optimus" in m and p != "optimus":
-                vs_optimus = f"{v / m['optimus'] - 1:+.1%}"
-                ratios = [per[p][k] / per["optimus"][k] for k in per[p]]
-                below = f"{sum(r <= 0.85 for r in ratios)} of {len(ratios)}"
-            lines.append(f"| {name} | {p} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | {vs_optimus} | {below} | "
-                         f"{'' if rerun is None else f'{rerun:+.1%}'} | {'' if paper is None else f'{paper:+.1%}'} |")
+             f"Mean JCT over {len(res['seeds'])} held-out traces (seeds {res['seeds'][0]}-{res['seeds'][-1]}) per setting "
+             "and placement, every policy of a row group under the same placement (`artifact`: each task on the "
+             "least-used node as it is decided, a refused one ending the policy's slot; `cpu-first`: counted against "
+             "the cluster's totals, placed at the end of the slot); `dl2` is the shipped file for the setting and "
+             "placement (`psworker.shipped_file`: a placement without a file of its own runs the setting's, trained "
+             "under `cpu-first`; docs/dl2.md). 're-run' is a Python re-run of the artifact's own baselines against its DRF (artifact's "
+             "placement).", "",
+             "`nice python benchmarks/dl2/paper.py --seeds 8 --policies drf,optimus,drf-best-split,hull,dl2 "
+             "--out benchmarks/dl2/runs/paper.json`", "",
+             "| setting | placement | policy | mean JCT (h) | vs DRF | vs Optimus | traces 15% below Optimus "
+             "| re-run vs its DRF | paper vs DRF |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in next(iter(res["placements"].values()))["settings"]:
+        for placement, by in res["placements"].items():
+            st = by["settings"].get(name)
+            if st is None:
+                continue
+            m, per = st["avg_jct_s"], st["per_seed"]
+            dl2 = st.get("dl2_file", "shipped")
+            for p, v in m.items():
+                rerun = RERUN.get(name, {}).get(p) if placement == "artifact" else None
+                paper = PAPER.get(p)
+                vs_optimus = below = ""
+                if "optimus" in m and p != "optimus":
+                    vs_optimus = f"{v / m['optimus'] - 1:+.1%}"
+                    ratios = [per[p][k] / per["optimus"][k] for k in per[p]]
+                    below = f"{sum(r <= 0.85 for r in ratios)} of {len(ratios)}"
+                label = p if p != "dl2" or dl2 == "shipped" else f"dl2 ({Path(dl2).name})"
+                lines.append(f"| {name} | {placement} | {label} | {v / 3600:.2f} | {v / m['drf'] - 1:+.1%} | {vs_optimus} | "
+                             f"{below} | {'' if rerun is None else f'{rerun:+.1%}'} | "
+                             f"{'' if paper is None else f'{paper:+.1%}'} |")
     return lines + [""]
 
 

@@ -120,38 +120,46 @@ for P in 30 150; do
   python benchmarks/dl2/evaluate.py --batch-scaling --penalty $P --reference --baselines drf,tiresias,optimus,fifo \
     --out $R/eval-scaling-p$P.json dl2=slurm_liquid/policy/dl2/trained/dl2-p$P.npz dl2-bs=$R/rl-bs-p$P.npz
 done
-# 7. the LP lower bound of every setting, the DL2 paper replica (baselines, then the PS/worker warm-up shipped
-# as slurm_liquid/policy/dl2/trained/dl2-paper-small.npz, on the same held-out traces) and the generalisation table.
-# The replica's warm-up imitates `hull` with a window of every job (60), then 2 DAgger rounds; the file was
-# chosen over the warm-up alone (and, on the speed table of before 2026-12-07, a 6-trace, 8-epoch warm-up) on
-# validation traces 5000-5007 (paper-dl2-hull-*validation.log), never on the held-out 10000-10007.
+# 7. the LP lower bound of every setting, the DL2 paper replica and the generalisation table.
+# The replica runs every policy of a table under one placement (artifact: each task on the least-used node as
+# decided; cpu-first, the default: counted against the cluster's totals, placed at the end of the slot). Three
+# disjoint trace sets: training (seeds 0-6: 3 warm-up traces, 2 DAgger rounds of 2), validation (5000-5007: the
+# teacher, the cpu-first order and each shipped file are chosen there) and held-out (10000-10007, measured after).
 for P in 30 150; do
   python benchmarks/dl2/bound.py --penalty $P --out $R/bound-p$P.json
   python benchmarks/dl2/bound.py --penalty $P --batch-scaling --out $R/bound-bs-p$P.json
 done
-python benchmarks/dl2/paper.py --seeds 8 --out $R/paper.json
+python benchmarks/dl2/paper_teachers.py > $R/paper-teachers-validation.log
+python benchmarks/dl2/paper_teachers.py --setting dl2-paper-large > $R/paper-teachers-large-validation.log
+# The files: `hull` warm-up, window 60 (every job of the small setting) or 40 sliding (large), 2 DAgger rounds,
+# under each placement; the cpu-first ones are trained/dl2-paper-{small,large}.npz (the small warm-up alone was
+# the other candidate). An artifact-trained file ships as trained/dl2-paper-S-artifact.npz only if it runs lower
+# on validation than the cpu-first file run under artifact (paper-dl2-*-cpufirst-file-artifact-validation.log);
+# without one, the artifact placement runs the setting's file.
 python benchmarks/dl2/paper.py --settings dl2-paper-small --train $R/psw-small-hull.npz --teacher hull --window 60 --train-seeds 3
-python benchmarks/dl2/paper.py --settings dl2-paper-small --train $R/psw-small-hull-dagger.npz --teacher hull --window 60 \
-  --train-seeds 3 --dagger 2
-for F in hull-warmup:psw-small-hull hull-dagger:psw-small-hull-dagger; do
-  python benchmarks/dl2/paper.py --settings dl2-paper-small --first 5000 --policies optimus,hull,dl2 --seeds 8 \
-    --policy-file $R/${F#*:}.npz > $R/paper-dl2-${F%%:*}-validation.log
+for PL in cpu-first artifact; do
+  S=$([ $PL = cpu-first ] || echo -$PL)
+  python benchmarks/dl2/paper.py --settings dl2-paper-small --train $R/psw-small-hull-dagger$S.npz --teacher hull --window 60 \
+    --train-seeds 3 --dagger 2 --placement $PL
+  python benchmarks/dl2/paper.py --settings dl2-paper-large --train $R/psw-large-hull-slide$S.npz --teacher hull --train-seeds 3 \
+    --dagger 2 --sliding-window --placement $PL > $R/psw-large-hull-slide$S.log
 done
-python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --policy-file $R/psw-small-hull.npz --seeds 8 \
-  --out $R/paper-dl2-hull-warmup-small.json
-python benchmarks/dl2/paper.py --settings dl2-paper-small --policies dl2 --policy-file $R/psw-small-hull-dagger.npz --seeds 8 \
-  --out $R/paper-dl2-hull-small.json
-# the large setting's file (trained/dl2-paper-large.npz): the same teacher at the setting's own window (40), sliding
-# (a job at its peak leaves the window within the slot), 3 traces and 2 DAgger rounds (16 min, 7.3 GB);
-# validation traces 5000-5007, then the held-out traces. Without --sliding-window (runs/psw-large-hull-dagger.npz,
-# trained on the 372-record speed table of before 2026-12-07) the later jobs keep one bundle: 9.21 h held-out.
-python benchmarks/dl2/paper.py --settings dl2-paper-large --train $R/psw-large-hull-slide.npz --teacher hull --train-seeds 3 \
-  --dagger 2 --sliding-window > $R/psw-large-hull-slide.log
+# validation (name:file:placement)
+for F in hull-warmup:psw-small-hull:cpu-first hull-dagger:psw-small-hull-dagger:cpu-first \
+         hull-dagger-artifact:psw-small-hull-dagger-artifact:artifact \
+         small-cpufirst-file-artifact:psw-small-hull-dagger:artifact; do
+  N=${F%%:*}; REST=${F#*:}; FILE=${REST%%:*}; PL=${REST#*:}
+  python benchmarks/dl2/paper.py --settings dl2-paper-small --first 5000 --policies drf,optimus,hull,dl2 --seeds 8 \
+    --placement $PL --policy-file $R/$FILE.npz > $R/paper-dl2-$N-validation.log
+done
+for PL in cpu-first artifact; do
+  S=$([ $PL = cpu-first ] || echo -$PL)
+  python benchmarks/dl2/paper.py --settings dl2-paper-large --first 5000 --seeds 8 --policies drf,optimus,hull,dl2 \
+    --placement $PL --policy-file $R/psw-large-hull-slide$S.npz > $R/paper-dl2-large$S-validation.log
+done
 python benchmarks/dl2/paper.py --settings dl2-paper-large --first 5000 --seeds 8 --policies drf,optimus,hull,dl2 \
-  --policy-file $R/psw-large-hull-slide.npz > $R/paper-dl2-large-validation.log
-python benchmarks/dl2/paper.py --settings dl2-paper-large --seeds 8 --policies drf,optimus,drf-best-split,hull,dl2 \
-  --policy-file $R/psw-large-hull-slide.npz --out $R/paper-dl2-large.json > $R/paper-dl2-large.log
-python benchmarks/dl2/paper_teachers.py > $R/paper-teachers.log
-python benchmarks/dl2/paper_teachers.py --setting dl2-paper-large > $R/paper-teachers-large.log
+  --placement artifact --policy-file $R/psw-large-hull-slide.npz > $R/paper-dl2-large-cpufirst-file-artifact-validation.log
+# held-out, with the shipped files (the chosen ones copied into slurm_liquid/policy/dl2/trained/)
+python benchmarks/dl2/paper.py --seeds 8 --policies drf,optimus,drf-best-split,hull,dl2 --out $R/paper.json
 python benchmarks/dl2/generalise.py --out $R/generalise.json
 python benchmarks/dl2/report.py

@@ -4,6 +4,9 @@
 - Policies decide GPU counts only: no policy module reaches a placer (`slurm_liquid.placement`
   beyond the plain state types in `placement.base`).
 - The simulator and the daemon run the one loop (`slurm_liquid.loop`).
+- The rooms that schedule stand in layers (`LAYERS`: speed < policy < loop < sim < training, the shared
+  types in `slurm_liquid.views` below them all): no import upward, no cycle, no module over 400 lines.
+  The DL2 paper replica's world (`slurm_liquid.psworld`) sits below both the policy and the simulator.
 """
 
 from __future__ import annotations
@@ -172,3 +175,15 @@ def test_the_scheduling_rooms_are_short_modules() -> None:
     long = {m: n for m, p in MODULES.items() if (layer(m) is not None or m.startswith("slurm_liquid.daemon"))
             and (n := len(p.read_text().splitlines())) > 400}
     assert not long, long
+
+
+def test_the_paper_world_sits_below_both_the_policy_and_the_simulator() -> None:
+    # the replica's world is imported by DL2's PS/worker policy and by the simulator's replica, never the reverse
+    world = [m for m in MODULES if m.startswith("slurm_liquid.psworld")]
+    assert len(world) >= 4
+    for module in world:
+        reached = sorted(m for m in closure(module) if m.startswith(("slurm_liquid.sim", "slurm_liquid.policy")))
+        assert not reached, f"{module} reaches {reached}"
+    # and the PS/worker policy reaches no simulator module (no policy module does: the layers above)
+    assert not [m for m in closure("slurm_liquid.policy.dl2.psworker") if m.startswith("slurm_liquid.sim")]
+    assert "slurm_liquid.policy.dl2.psworker" not in closure("slurm_liquid.sim.paper_policies")

@@ -119,12 +119,66 @@ def test_next_step_adds_tasks_only_while_they_speed_the_job_up() -> None:
 def test_hull_fills_the_cluster_within_caps_and_beats_the_artifact_baselines() -> None:
     setting = P.SETTINGS["dl2-paper-small"]
     jobs = P.paper_trace(setting, 10_000)[:40]
-    slot = P.Slot(setting, 20, jobs)
+    slot = P.Slot(setting, 20, jobs, "cpu-first")
     P.PaperHull().schedule(slot)
+    assert (slot.used == 0).all()  # counted, not yet placed
+    slot.finish()
     assert all(1 <= j.ps <= setting.max_tasks and 1 <= j.workers <= setting.max_tasks for j in jobs)
     assert (slot.used <= P.NODE_SLOTS).all() and slot.used[:, 0].sum() == setting.nodes * P.NODE_SLOTS  # every CPU
     res = P.run_paper("dl2-paper-small", 10_000, ["optimus", "drf-best-split", "hull"])
     assert res["hull"].avg_jct_s < 0.9 * res["optimus"].avg_jct_s
+
+
+@pytest.mark.parametrize("placement", P.PLACEMENTS)
+def test_every_policy_runs_under_either_placement_within_the_nodes(placement) -> None:
+    setting = small(nodes=8, jobs=12)
+    seen: list = []
+
+    class Watch:
+        def __init__(self, policy) -> None:
+            self.policy, self.name = policy, policy.name
+
+        def reset(self) -> None:
+            self.policy.reset()
+
+        def schedule(self, slot: P.Slot) -> None:
+            self.policy.schedule(slot)
+            counts = [(j.ps, j.workers) for j in slot.jobs]
+            slot.finish()  # the run finishes it again: under cpu-first a second placement of the same counts
+            assert [(j.ps, j.workers) for j in slot.jobs] == counts  # nothing counted is lost
+            assert (slot.used <= P.NODE_SLOTS).all()
+            tasks = sum(p + w for p, w in counts)
+            if placement == "artifact" or self.name != "drf-best-split":
+                assert slot.used[:, 0].sum() == 2 * tasks  # every task is on a node (2 CPU slots each)
+            seen.append(tasks)
+
+        def __getattr__(self, name):
+            return getattr(self.policy, name)
+
+    for name in ("drf", "optimus", "drf-best-split", "hull"):
+        run = P.PaperRun(setting, P.paper_trace(setting, 2), placement=placement)
+        res = run.run(Watch(P.make_paper_policy(name)))
+        assert len(res.jcts) == setting.jobs
+    assert max(seen) > 0
+
+
+def test_the_artifacts_placement_refuses_a_task_the_pooled_totals_take() -> None:
+    setting = small(nodes=2)  # 8 tasks, 4 GPU workers in total
+    slots = {}
+    for placement in P.PLACEMENTS:
+        dssm, resnet = P.PaperJob("dssm", 0, P.MODELS.index("dssm"), 0, 100.0), P.PaperJob("resnet", 1, 0, 0, 100.0)
+        slot = slots[placement] = P.Slot(setting, 0, [dssm, resnet], placement)
+        assert slot.add(resnet, "worker")  # node 0: (2 CPU, 4 GPU), 6 used
+        assert slot.add(dssm, "bundle") and slot.add(dssm, "bundle")  # node 1: (8 CPU, 0 GPU), 8 used
+        assert slot.add(resnet, "worker")  # node 0: (4, 8), 12 used
+        # node 1 now ranks least used but has no CPU left: the artifact's rule refuses the PS that
+        # node 0 has room for; the totals (6 of 8 tasks) take it
+        assert slot.add(resnet, "ps") == (placement == "cpu-first")
+        slot.finish()
+        assert (slot.used <= P.NODE_SLOTS).all() and slot.used.sum() == 2 * 6 + 4 * 2 + 2 * (placement == "cpu-first")
+        assert (resnet.ps, resnet.workers) == ((1, 2) if placement == "cpu-first" else (0, 2))
+    with pytest.raises(UsageError, match="unknown placement"):
+        P.Slot(setting, 0, [], "best-fit")
 
 
 def test_lone_job_jct_is_its_fractional_run_time() -> None:
@@ -139,7 +193,7 @@ def test_lone_job_jct_is_its_fractional_run_time() -> None:
 
 
 def test_replica_reproduces_the_direction_of_the_paper() -> None:
-    res = P.run_paper("dl2-paper-small", 10_000, ["drf", "optimus", "drf-best-split"])
+    res = P.run_paper("dl2-paper-small", 10_000, ["drf", "optimus", "drf-best-split"], placement="artifact")
     drf = res["drf"].avg_jct_s
     assert res["optimus"].avg_jct_s < drf and res["drf-best-split"].avg_jct_s < 0.85 * drf
 

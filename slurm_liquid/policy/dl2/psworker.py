@@ -1,6 +1,6 @@
 """DL2 on parameter-server jobs: the action space of the paper, for the replica of its setting.
 
-In the DL2 paper (and in `slurm_liquid.sim.paper`) a job holds workers and parameter servers (PS),
+In the DL2 paper (and in its replica, `slurm_liquid.psworld`) a job holds workers and parameter servers (PS),
 and the split between them matters as much as the total. The action space is the paper's: for each
 job of the scheduling window (the `window` earliest-arrived active jobs that can still grow),
 "add a worker", "add a PS" or "add a bundle (one of each)", plus "stop for this slot"; actions are
@@ -15,33 +15,32 @@ table) and the cluster's free CPU and GPU; the stop row has only the cluster par
 Before the network acts, every active job gets one bundle in arrival order while the cluster takes
 it (the artifact's ASSIGN_BUNDLE: no job starves), exactly the first round of the artifact's DRF.
 
-The actions count tasks against the cluster's capacity (CPU tasks and GPU workers in total); at the
-end of the slot `slurm_liquid.sim.paper.place_cpu_first` places them through the least-used-node
-rule, which packs any counts within capacity. Placing each task as it is chosen, bundles first, left
-capacity unused whenever a node full of CPU-only tasks ranked least used (a teacher's same targets
-ran 15.9% below Optimus placed that way, 25.9% placed at the end: `benchmarks/dl2/paper_teachers.py`).
+Each action adds its task(s) through the slot (`slurm_liquid.psworld.slot.Slot.add`), so DL2 runs
+under the same placement as every other policy of the run: under `cpu-first` the actions count
+against the cluster's totals (the legal ones always fit) and the slot places the counts at its end;
+under `artifact` each task goes to the least-used node at once and a refused one ends the slot, as in
+the artifact's `rl_env.py`. A file records the placement it was trained under (`placement`).
 
-Training (`warmup`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's decisions
-in the replica (the artifact's DRF, its Optimus, DRF's task counts with the best split, or `hull`,
-whose steps are imitated in the order it takes them), turned into this action sequence, then DAgger
-rounds (`LabelledByTeacher`: the teacher's decisions on the slots the student reached).
-Reinforcement learning on this action space is left for later.
+What this DL2 sees that the paper's does not: each row carries the relative change in the job's
+speed the action would make, read from the measured speed table (the paper's rows have no speed).
+
+Training (`psworker_train`, `benchmarks/dl2/paper.py --train`): supervised warm-up on a teacher's
+decisions, then DAgger rounds. Reinforcement learning on this action space is left for later.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from slurm_liquid.errors import UsageError
 from slurm_liquid.policy.dl2.agent import Step
 from slurm_liquid.policy.dl2.net import Params, forward, init_params
-from slurm_liquid.sim.paper import Slot, capacity, first_bundles, next_step, place_cpu_first, uses_gpu
+from slurm_liquid.psworld.slot import PLACEMENT, ROLES, Slot, assign_bundles
+from slurm_liquid.psworld.world import capacity, next_step, uses_gpu
 
-ROLES = ("worker", "ps", "bundle")
 N_TYPES = 8
 PS_FEATURES = N_TYPES + len(ROLES) + 8 + 4 + 1  # job, role, job state, cluster, stop flag
 TRAINED_DIR = Path(__file__).parent / "trained"
@@ -52,7 +51,7 @@ def _after(job, role: str) -> tuple[int, int]:
 
 
 class PSState:
-    """The rows of one decision within a slot (`slot`: a `slurm_liquid.sim.paper.Slot`), over the
+    """The rows of one decision within a slot (a `slurm_liquid.psworld.slot.Slot`), over the
     jobs' counted (PS, workers). The matrix is built once per slot and updated in place: an action
     changes only its job's rows and the cluster columns.
 
@@ -64,7 +63,7 @@ class PSState:
     (`next_step` is None: it is at its peak) leaves it, and the next waiting job enters, so the
     window holds only jobs an action can still help."""
 
-    def __init__(self, slot, window: int, slide: bool = False) -> None:
+    def __init__(self, slot: Slot, window: int, slide: bool = False) -> None:
         self.slot = slot
         self.window = window
         self.slide = slide
@@ -73,9 +72,15 @@ class PSState:
         self.waiting = grow[window:]
         self.placed = 0  # tasks the network added in this slot
         self.total = capacity(slot.setting)
-        self.tasks_left = self.total[0] - sum(j.ps + j.workers for j in slot.jobs)
-        self.gpu_left = self.total[1] - sum(j.workers for j in slot.jobs if uses_gpu(j))
         self._build()
+
+    @property
+    def tasks_left(self) -> int:
+        return self.slot.tasks_left
+
+    @property
+    def gpu_left(self) -> int:
+        return self.slot.gpu_left
 
     @property
     def beyond(self) -> int:
@@ -139,17 +144,16 @@ class PSState:
         return self.x
 
     def apply(self, action: int) -> bool:
-        """Take a non-stop action; False for stop."""
+        """Take an action; False for stop, and for a task the slot refuses (only under the artifact's
+        placement, where the least-used node may be full: the slot then ends, as in `rl_env.py`)."""
         if action == self.rows() - 1:
             return False
         i, r = divmod(action, len(ROLES))
         job, role = self.jobs[i], ROLES[r]
-        tasks, gpus = self.need[i, r]
-        if tasks > self.tasks_left or gpus > self.gpu_left or not self.slot.can_grow(job, role):
-            raise RuntimeError(f"{job.id}: {role} does not fit although it was legal")  # valid() said it does
-        job.workers += role in ("worker", "bundle")
-        job.ps += role in ("ps", "bundle")
-        self.tasks_left, self.gpu_left = self.tasks_left - tasks, self.gpu_left - gpus
+        if not self.slot.can_grow(job, role):
+            raise RuntimeError(f"{job.id}: {role} is past its cap although it was legal")  # valid() said it is not
+        if not self.slot.add(job, role):
+            return False
         self.placed += 1
         if self.slide and not self._eligible(job):  # at its peak: the next waiting job takes its place
             del self.jobs[i]
@@ -160,17 +164,6 @@ class PSState:
         self._job_rows(i)
         self._cluster()
         return True
-
-
-def assign_bundles(slot) -> None:
-    """Count one worker and one PS for every job of `first_bundles` (the slot starts with none)."""
-    for job in first_bundles(slot)[0]:
-        job.ps = job.workers = 1
-
-
-def place(slot) -> None:
-    """Place the counted tasks of the slot's jobs (the end of the slot's decisions)."""
-    place_cpu_first(slot, {j.id: (j.ps, j.workers) for j in slot.jobs if j.ps or j.workers})
 
 
 class PSWorkerDL2:
@@ -190,8 +183,8 @@ class PSWorkerDL2:
     def reset(self) -> None:
         pass
 
-    def _load(self, setting) -> None:
-        path = TRAINED_DIR / f"{setting.name}.npz"
+    def _load(self, setting, placement: str) -> None:
+        path = shipped_file(setting.name, placement)
         if not path.is_file():
             raise UsageError(f"no DL2 policy trained for {setting.name} is installed ({path}); "
                              "give one with --policy-file")
@@ -199,15 +192,15 @@ class PSWorkerDL2:
         self.window = self.window or int(meta["window"])
         self.slide = bool(meta.get("window_slides", False))
 
-    def schedule(self, slot) -> None:
+    def schedule(self, slot: Slot) -> None:
         if self.params is None:
-            self._load(slot.setting)
+            self._load(slot.setting, slot.placement)
         assign_bundles(slot)
         state = PSState(slot, self.window or slot.setting.window, self.slide)
         while True:
             valid = state.valid()
             if not valid[:-1].any():
-                return place(slot)
+                return
             x = state.matrix()
             fw = forward(self.params, x[None], np.ones((1, len(x)), dtype=bool), valid[None])
             p = fw.prob[0]
@@ -215,7 +208,15 @@ class PSWorkerDL2:
             if self.steps is not None:
                 self.steps.append(Step(x.copy(), valid, action, float(p[action])))
             if not state.apply(action):
-                return place(slot)
+                return
+
+
+def shipped_file(setting: str, placement: str = PLACEMENT) -> Path:
+    """The installed file for a setting and placement: `<setting>-<placement>.npz` where a file was
+    chosen for that placement (on validation traces, docs/dl2.md), else `<setting>.npz` (trained
+    under the default placement, `cpu-first`)."""
+    own = TRAINED_DIR / f"{setting}-{placement}.npz"
+    return own if placement != PLACEMENT and own.is_file() else TRAINED_DIR / f"{setting}.npz"
 
 
 def load_psworker(path: str | Path) -> tuple[Params, dict]:
@@ -231,143 +232,9 @@ def make_psworker_dl2(policy_file: str | Path | None = None) -> PSWorkerDL2:
     return PSWorkerDL2(params, int(meta["window"]), slide=bool(meta.get("window_slides", False)))
 
 
-# -- supervised warm-up on a teacher -------------------------------------------------------------
-def next_action(state: PSState, targets: dict[str, tuple[int, int]]) -> int:
-    """The next action toward every window job's (PS, workers) target: a bundle while both fall
-    short, else the short role, for the job of least dominant share (DRF's water-filling order, ties
-    to the earliest); stop once no job short of its target can take a task."""
-    valid = state.valid()
-    short = []
-    for job in state.jobs:
-        want_ps, want_w = targets.get(job.id, (job.ps, job.workers))
-        role = ("bundle" if job.ps < want_ps and job.workers < want_w else
-                "ps" if job.ps < want_ps else "worker" if job.workers < want_w else None)
-        a = None if role is None else state.action_of(job, role)
-        if a is not None and valid[a]:
-            short.append((job.share(state.slot.setting.nodes), job.arrival, job.index, a))
-    return min(short)[3] if short else state.rows() - 1
-
-
-class Imitate:
-    """Runs `teacher` on a shadow of each slot to get its (PS, workers) per job, then reaches them on
-    the real slot with PS/worker actions after the bundle round, recording each decision. A teacher
-    with a `plan` (`PaperHull`) is followed step by step in its own order (a bundle while both roles
-    fall short, else the short one), then stops; others through `next_action`."""
-
-    def __init__(self, teacher, window: int, steps: list[Step], slide: bool = False) -> None:
-        self.teacher, self.window, self.steps, self.slide = teacher, window, steps, slide
-        self.name = f"imitate-{teacher.name}"
-
-    def reset(self) -> None:
-        self.teacher.reset()
-
-    def schedule(self, slot) -> None:
-        shadow = Slot(slot.setting, slot.ts, slot.jobs)
-        plan = self.teacher.plan(shadow) if hasattr(self.teacher, "plan") else None
-        if plan is None:
-            self.teacher.schedule(shadow)
-            targets = {j.id: (j.ps, j.workers) for j in slot.jobs}
-        for job in slot.jobs:  # the real slot is still empty
-            job.ps = job.workers = 0
-        assign_bundles(slot)
-        state = PSState(slot, self.window, self.slide)
-        deferred = list(plan or ())
-        while deferred:  # once without a sliding window; with one, again for the jobs that entered it
-            outside = []
-            for job, ps, workers in deferred:
-                while (job.ps, job.workers) != (ps, workers):
-                    role = "bundle" if job.ps < ps and job.workers < workers else "ps" if job.ps < ps else "worker"
-                    action, valid = state.action_of(job, role), state.valid()
-                    if action is None and self.slide and any(w is job for w in state.waiting):
-                        outside.append((job, ps, workers))
-                    if action is None or not valid[action]:  # outside the window, or past a cap
-                        break
-                    self.steps.append(Step(state.matrix().copy(), valid, action))
-                    state.apply(action)
-            deferred = outside if len(outside) < len(deferred) else []
-        while True:
-            valid = state.valid()
-            if not valid[:-1].any():
-                return place(slot)
-            if plan is not None:  # the teacher stops here (a stop is not legal before the first task)
-                if valid[-1]:
-                    self.steps.append(Step(state.matrix().copy(), valid, state.rows() - 1))
-                return place(slot)
-            action = next_action(state, targets)
-            self.steps.append(Step(state.matrix().copy(), valid, action))
-            if not state.apply(action):
-                return place(slot)
-
-
-def teacher_steps(traces: Sequence, teacher, window: int, slide: bool = False) -> list[Step]:
-    """Decisions of `teacher` on each `PaperRun` of `traces`, as PS/worker actions."""
-    steps: list[Step] = []
-    for run in traces:
-        run.run(Imitate(teacher, window, steps, slide))
-    return steps
-
-
 def new_psworker_params(hidden: int = 64, layers: int = 2, seed: int = 0) -> Params:
     return init_params(PS_FEATURES, hidden, layers, seed)
 
 
-__all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2", "load_psworker", "LabelledByTeacher",
-           "teacher_steps", "new_psworker_params", "warmup"]
-
-
-class LabelledByTeacher:
-    """DAgger on the replica: the student decides every slot, and the teacher's decisions on the slot
-    the student reached (the jobs and progress its own earlier choices left) are recorded."""
-
-    name = "dagger"
-
-    def __init__(self, student: PSWorkerDL2, teacher, window: int, steps: list[Step]) -> None:
-        self.student, self.imitate = student, Imitate(teacher, window, steps, student.slide)
-
-    def reset(self) -> None:
-        self.imitate.reset()
-
-    def schedule(self, slot) -> None:
-        self.imitate.schedule(Slot(slot.setting, slot.ts, slot.jobs))
-        for job in slot.jobs:  # the teacher's counts were the shadow's
-            job.ps = job.workers = 0
-        self.student.schedule(slot)
-
-
-def warmup(setting, teacher, seeds: Sequence[int], epochs: int = 5, hidden: int = 64, layers: int = 2,
-           seed: int = 0, held_out: int = 1, window: int | None = None, dagger: int = 0,
-           slide: bool = False) -> tuple[Params, dict]:
-    """Supervised warm-up on `teacher`'s decisions in the replica: traces `seeds` (the last `held_out`
-    of them measure agreement only), the network seeing `window` jobs (default: the setting's); then
-    `dagger` rounds, each running the student on the next two traces, adding the teacher's labels of
-    the slots it reached and training 3 more epochs on everything; `slide`: a sliding window
-    (`PSState`), recorded in the file as `window_slides`. Returns the weights and the metadata of a
-    policy file."""
-    from slurm_liquid.policy.dl2.train import supervised
-    from slurm_liquid.sim.paper import PaperRun, paper_trace
-
-    runs = [PaperRun(setting, paper_trace(setting, s)) for s in seeds]
-    cut = max(1, len(runs) - held_out)
-    window = window or setting.window
-    train = teacher_steps(runs[:cut], teacher, window, slide)
-    test = teacher_steps(runs[cut:], teacher, window, slide) if len(runs) > cut else train[-2000:]
-    result = supervised(new_psworker_params(hidden, layers, seed), train, test, epochs=epochs, seed=seed)
-    stages, curve = [f"supervised warm-up on {teacher.name}"], list(result.curve)
-    agreement = result.curve[-1]["held_out_agreement"]
-    params, next_trace = result.params, max(seeds) + 1
-    for round_ in range(dagger):
-        traces = (next_trace, next_trace + 1)
-        for s in traces:
-            student = LabelledByTeacher(PSWorkerDL2(params, window, slide=slide), teacher, window, train)
-            PaperRun(setting, paper_trace(setting, s)).run(student)
-        result = supervised(params, train, test, epochs=3, seed=round_)
-        params, next_trace = result.params, next_trace + 2
-        stages.append(f"DAgger round {round_ + 1} on traces {traces[0]}, {traces[1]} labelled by {teacher.name}")
-        curve += [dict(row, dagger_round=round_ + 1) for row in result.curve]
-    meta = {"window": window, "window_slides": slide, "hidden": hidden, "layers": layers, "seed": seed, "action_space": "ps-worker",
-            "setting": setting.name, "stages": stages,
-            "training": {"teacher": teacher.name, "trace_seeds": list(seeds), "dagger_rounds": dagger,
-                         "decisions": len(train), "warmup_held_out_agreement": agreement,
-                         "held_out_agreement": result.curve[-1]["held_out_agreement"]},
-            "curve": curve}
-    return params, meta
+__all__ = ["PSWorkerDL2", "PSState", "ROLES", "PS_FEATURES", "make_psworker_dl2", "load_psworker", "new_psworker_params",
+           "shipped_file"]
