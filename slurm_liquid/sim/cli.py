@@ -57,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the artifact's slowdown for distributed jobs sharing a node (default 0)")
     parser.add_argument("--placement", default="greedy", metavar="NAME",
                         help="greedy: the artifact's most-free-node rule (default, used for calibration); "
-                             "liquid: Liquid best-fit; or any other placer of the placement room (ga, slurm, first-fit, random)")
+                             "liquid: Liquid best-fit; or any other placer of the placement room (ga, slurm, first-fit, random); "
+                             "for dl2-paper-*: cpu-first (default) or artifact, the same for every policy")
     parser.add_argument("--alpha", type=float, default=0.5, help="Liquid best-fit network/load trade (default 0.5)")
     parser.add_argument("--speed", choices=("oracle", "measured"), default="oracle",
                         help="what policies know of each job's speed: oracle = the traces' exact answers (default; "
@@ -119,8 +120,14 @@ def _run_paper(args: argparse.Namespace) -> int:
                          f"(known: {', '.join(PAPER_POLICIES)}, all)")
     if args.policy_file and "dl2" not in names:
         raise UsageError("--policy-file is only used with --policy dl2")
+    from slurm_liquid.psworld.slot import PLACEMENT, PLACEMENTS
+
+    placement = PLACEMENT if args.placement == "greedy" else args.placement
+    if placement not in PLACEMENTS:
+        raise UsageError(f"--placement {args.placement!r} is not one of the DL2 paper replica's "
+                         f"({', '.join(PLACEMENTS)}; default {PLACEMENT})")
     label = f"{args.workload}-seed{args.seed}"
-    results = run_paper(args.workload, args.seed, names, args.policy_file)
+    results = run_paper(args.workload, args.seed, names, args.policy_file, placement)
     summaries = [summarise(p, label, {label: r}) for p, r in results.items()]
     _print(summaries, f"{label}: DL2 paper replica, 20-minute slots, PS/worker jobs (restarts: allocation changes)",
            args.json)
