@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from paper_teachers import HELD_OUT, VALIDATION, bound_s
+from slurm_liquid.sim.paper_teachers import HELD_OUT, VALIDATION, bound_s
 from slurm_liquid.sim.paper import PLACEMENT, PLACEMENTS, SETTINGS, run_paper
 
 # Against the artifact's DRF: a Python re-run of its baselines (small: 8 traces, large: 2), and the paper.

@@ -1,14 +1,9 @@
-"""benchmarks/dl2/paper_teachers.py: the candidate teachers for the replica run every job to its end
+"""slurm_liquid/sim/paper_teachers.py: the candidate teachers for the replica run every job to its end
 and keep the replica's rules (per-role cap, no more tasks than the cluster holds)."""
 
-import sys
-from pathlib import Path
+import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "dl2"))
-import paper_teachers as PT  # noqa: E402
-
-import pytest  # noqa: E402
-
+import slurm_liquid.sim.paper_teachers as PT
 from slurm_liquid.sim.paper import SETTINGS, NODE_SLOTS, PaperHull, PaperRun, Slot, paper_trace  # noqa: E402
 
 
