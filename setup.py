@@ -21,8 +21,15 @@ class BuildPyWithSite(build_py):
             return
         target = Path(self.build_lib) / "slurm_liquid" / "admin" / "site"
         for name in SITE:
-            shutil.copytree(ROOT / name, target / name, dirs_exist_ok=True,
+            shutil.copytree(ROOT / name, target / name, dirs_exist_ok=True, copy_function=_copy,
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+
+
+def _copy(source: str, dest: str) -> None:
+    """Modes 755 or 644 only, whatever the umask of the checkout: the wheel from the tree and the one
+    from the sdist are then the same, byte for byte and mode for mode."""
+    shutil.copyfile(source, dest)
+    Path(dest).chmod(0o755 if Path(source).stat().st_mode & 0o100 else 0o644)
 
 
 setup(cmdclass={"build_py": BuildPyWithSite})

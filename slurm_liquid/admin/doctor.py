@@ -73,7 +73,9 @@ class Doctor:
         self.add("config", "ok", f"{where}: submit {self.config.submit.mode}, daemon {self.config.daemon.mode}")
 
     def check_files(self) -> None:
-        for item in files.chosen(self.roles, ("slurm",)):
+        before = len(self.findings)
+        chosen = files.chosen(self.roles, ("slurm",))
+        for item in chosen:
             path = files.destination(item, self.slurm_dir)
             drift = files.compare(item, path)
             fix = f"slurm-liquid admin install --dest {self.slurm_dir} --role {_role_arg(item)} (add --dry-run to see the diff)"
@@ -87,6 +89,8 @@ class Doctor:
                 self._check_owner(path)
             else:
                 self.add("files", "fail", f"{path}: {drift.detail}", fix)
+        if len(self.findings) == before:
+            self.add("files", "ok", f"{len(chosen)} Slurm files in {self.slurm_dir} are this package's")
 
     def _check_owner(self, path: Path) -> None:
         try:
@@ -164,6 +168,8 @@ class Doctor:
             self.add("spool", "fail", f"{events}: " + (f"owned by {owner}" if owner else "missing") +
                      f"; slurmctld and the epilog write there as {d.slurm_user}",
                      f"start the daemon (it makes it), or install -d -o {d.slurm_user} -m 755 {events}")
+        else:
+            self.add("spool", "ok", f"{events} owned by {owner}")
         if not heartbeat:
             return
         beat = spool / "heartbeat"

@@ -137,7 +137,7 @@ def warn_at_start(role: str, slurm_dir: str | os.PathLike | None = None) -> list
         log.warning("could not compare the installed Slurm files with this package's: %s", exc)
         return []
     for item in found:
-        log.warning("%s %s; `slurm-liquid admin install --dest %s --dry-run` shows the difference, "
+        log.warning("%s: %s; `slurm-liquid admin install --dest %s --dry-run` shows the difference, "
                     "`slurm-liquid doctor` checks the rest", item.path, item.detail, slurm_dir)
     return found
 
