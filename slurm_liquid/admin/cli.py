@@ -12,6 +12,7 @@ the line to add, and `slurm-liquid doctor` checks how it merges with what the si
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -34,9 +35,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     install.add_argument("--no-docs", action="store_true", help="skip the docs")
     install.add_argument("--dry-run", action="store_true", help="only show what would change")
     install.add_argument("--quiet", action="store_true", help="no diffs, one line per file")
+    shadow = sub.add_parser("shadow", help="shadow mode's figures from sacct: would-be placements against Slurm's, "
+                                           "estimates against measured peaks")
+    shadow.add_argument("--since-days", type=int, default=7, help="jobs of this many past days (default %(default)s)")
+    shadow.add_argument("--json", action="store_true", help="one JSON object")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "shadow":
+        from slurm_liquid.admin import shadow
+        found = shadow.figures(shadow.read(args.since_days), shadow.leaf_function()).to_json()
+        print(json.dumps(found, indent=1) if args.json else shadow.render(found, args.since_days))
+        return 0
     wheres = ("slurm",) + (() if args.no_systemd else ("systemd",)) + (() if args.no_docs else ("doc",))
     roles = None if args.role == "all" else (args.role,)
     if not Path(args.dest).is_dir() and not args.dry_run:
