@@ -24,7 +24,6 @@ from slurm_liquid.ledger.usage import Usage
 
 SEP = "\x1f"     # sacct --delimiter: a Comment may hold "|"
 _WOULD = re.compile(r"(?:^|\s)would=([^\s;]+)")
-_EST_G = re.compile(r":(\d+(?:\.\d+)?)G$")
 
 
 @dataclass
@@ -85,9 +84,9 @@ def figures(lines: list[str], leaf_of) -> Figures:
                         out.leaves_would.append(len({leaf_of(n) for n in placed}))
                         out.leaves_slurm.append(len({leaf_of(n) for n in slurm_nodes}))
         used = Usage.parse(admin)
-        est = _EST_G.search(record.get("est") or "") if record else None
-        if used is not None and est and float(est.group(1)) > 0 and used.by != "none":
-            out.ratios.append(used.peak_mib / (float(est.group(1)) * 1024))
+        est = record.estimate_mib() if record else None
+        if used is not None and est and used.by != "none":
+            out.ratios.append(used.peak_mib / est)
     return out
 
 

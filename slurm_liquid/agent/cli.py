@@ -372,6 +372,8 @@ def _metrics(address: str, port: int, agent: Agent, serve: bool = True) -> Calla
     errors = Counter("liquid_agent_errors_total", "exceptions caught and skipped, by where", ["where"])
     peak = Gauge("liquid_agent_job_gpu_peak_mib", "peak GPU memory per GPU of a running job", ["job"])
     jobs = Gauge("liquid_agent_jobs", "jobs measured on this node")
+    under = Counter("liquid_agent_under_estimates_total",
+                    "jobs whose measured peak GPU memory per GPU exceeded the estimate in their record")
     counted: dict[str, int] = {}
     if serve:
         try:
@@ -385,6 +387,10 @@ def _metrics(address: str, port: int, agent: Agent, serve: bool = True) -> Calla
         for where, count in list(agent.errors.items()):   # a Counter grows by what was added since
             errors.labels(where).inc(max(count - counted.get(where, 0), 0))
             counted[where] = count
+        recorder = getattr(agent, "recorder", None)
+        seen = getattr(recorder, "under_estimated", 0)
+        under.inc(max(seen - counted.get("", 0), 0))
+        counted[""] = seen
         peak.clear()
         for job_id, meter in agent.meters.jobs.items():
             peak.labels(str(job_id)).set(max((g.peak_mib for g in meter.gpus.values()), default=0))

@@ -22,6 +22,7 @@ from slurm_liquid.ledger.optin import comment_opts_in
 FIELDS = ("mode", "est", "asked", "set", "placed", "staged", "err", "note")
 USER_SEP = " || "
 _KEY = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
+_EST = re.compile(r":(\d{1,6}(?:\.\d{1,3})?)G$")   # the GiB per GPU that ends an est= word
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,11 @@ class Record:
             return parsed
         text = (comment or "").strip()
         return cls() if comment_opts_in(text) else cls(user=text)
+
+    def estimate_mib(self) -> float | None:
+        """The estimated GPU memory per GPU of `est=` (`2xh100-80gb:31G` -> 31744), None without one."""
+        match = _EST.search(self.fields.get("est", ""))
+        return float(match.group(1)) * 1024 if match else None
 
     def job_spec(self):
         """The spec as a JobSpec (raises LiquidError when it does not parse, or was cut)."""

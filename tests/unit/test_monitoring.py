@@ -55,7 +55,7 @@ def test_the_alert_rules_and_the_dashboard_name_only_exported_metrics(exported) 
     # what the issue asks the alerts to cover
     for metric in ("liquid_heartbeat_timestamp_seconds", "liquid_errors_total", "liquid_released_total",
                    "liquid_held_jobs", "liquid_resizes_total", "liquid_staging_failures_total",
-                   "liquid_agent_errors_total"):
+                   "liquid_agent_errors_total", "liquid_agent_under_estimates_total"):
         assert metric in rules
 
 
