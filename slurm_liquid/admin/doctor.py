@@ -101,6 +101,20 @@ class Doctor:
             self.add("files", "fail", f"{path}: owned by uid {st.st_uid}, mode {st.st_mode & 0o7777:o}: Slurm runs it "
                      "as root or SlurmUser, so only root may write it", f"chown root:root {path}; chmod go-w {path}")
 
+    def check_paths(self) -> None:
+        """The spool path job_submit.lua and liquid-epilog carry must be liquid.toml's [daemon] spool_dir."""
+        spool = self.config.daemon.spool_dir.rstrip("/")
+        for name, pattern in (("job_submit.lua", r'^local SPOOL = "([^"]*)"'),
+                              ("liquid-epilog", r"^: > (\S+)/events/ended")):
+            try:
+                match = re.search(pattern, (self.slurm_dir / name).read_text(errors="replace"), re.M)
+            except OSError:
+                continue
+            if match and match.group(1).rstrip("/") != spool:
+                self.add("paths", "fail", f"{self.slurm_dir / name} uses the spool {match.group(1)}, liquid.toml "
+                         f"says {spool}: the daemon is never woken and job_submit.lua never sees its heartbeat",
+                         f"make them the same (edit {name}, or [daemon] spool_dir)")
+
     def check_slurm_conf(self) -> None:
         conf = self.slurm_dir / "slurm.conf"
         if not conf.is_file():
@@ -263,6 +277,7 @@ class Doctor:
         if set(self.roles) & {"controller", "login"}:
             self.check_helper()
         if "controller" in self.roles:
+            self.check_paths()
             self.check_slurm()
             self.check_spool(heartbeat)
             if heartbeat:
@@ -382,6 +397,7 @@ def daemon_check(config_path: str | None, client_factory: Callable[[], object]) 
     doctor.check_config()
     if doctor.findings[-1].status == "ok":
         doctor.check_files()
+        doctor.check_paths()
         doctor.check_spool(heartbeat=False)
         try:
             client = client_factory()

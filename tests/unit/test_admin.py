@@ -137,6 +137,9 @@ def test_doctor_finds_the_epilog_that_liquid_conf_silently_replaces(tmp_path, et
 def test_doctor_on_a_healthy_controller_and_its_json(tmp_path, etc, capsys, monkeypatch) -> None:
     (etc / "slurm.conf").write_text(SLURM_CONF.format(etc=etc).replace("Epilog=/usr/local/sbin/site-epilog\n", ""))
     healthy_spool(etc, tmp_path)
+    for name in ("job_submit.lua", "liquid-epilog"):   # the site's spool, as docs/admin.md says to set it
+        path = etc / name
+        path.write_text(path.read_text().replace("/var/spool/slurm-liquid", str(tmp_path / "spool")))
     sacct = ("1|gpu01|cpu=4,gres/gpu=1|liquid/1 state=placed; liquid-used/1 by=nvml gpus=1 peak=900 util=50 "
              "host=1 cpu=1 shared=0 secs=9 n=2 nodes=gpu01\n2|gpu02|cpu=1|\n")
     found = run_doctor(etc, run=FakeSlurm(sacct))
@@ -208,3 +211,11 @@ def test_the_light_install_needs_none_of_the_scientific_packages(tmp_path) -> No
     assert {"numpy>=1.24", "scipy>=1.10"} <= set(project["optional-dependencies"]["site"])
     makefile = (REPO / "Makefile").read_text()
     assert "'.[site,test,plot]'" in makefile   # make venv installs everything
+
+
+def test_doctor_sees_a_spool_path_that_is_not_liquid_tomls(tmp_path, etc) -> None:
+    (etc / "slurm.conf").write_text(SLURM_CONF.format(etc=etc))
+    healthy_spool(etc, tmp_path)   # liquid.toml's spool_dir is tmp_path/spool; the Lua files say /var/spool/...
+    found = run_doctor(etc)
+    assert sorted(m.split(" uses")[0] for m in bad(found, "paths")) == [f"{etc}/job_submit.lua", f"{etc}/liquid-epilog"]
+    assert "/var/spool/slurm-liquid" in bad(found, "paths")[0]
