@@ -9,7 +9,6 @@ one read of Slurm through the daemon's own client.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import pwd
@@ -24,10 +23,10 @@ from typing import Callable
 from slurm_liquid import __version__
 from slurm_liquid import config as config_module
 from slurm_liquid.admin import files, slurmconf
+from slurm_liquid.admin.probe import detect_roles, expand, importable, processes, run_command
 from slurm_liquid.errors import LiquidError
 
 FULL_INSTALL = ("numpy", "scipy", "sklearn", "networkx", "hostlist", "msgspec", "prometheus_client")
-COMMAND_TIMEOUT_S = 15
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class Doctor:
     def __init__(self, roles: tuple[str, ...], slurm_dir: str, config_path: str | None,
                  run: Callable[[list[str]], subprocess.CompletedProcess] | None = None, since_days: int = 2):
         self.roles, self.slurm_dir, self.config_path = roles, Path(slurm_dir), config_path
-        self.run = run or _run
+        self.run = run or run_command
         self.since_days = since_days
         self.findings: list[Finding] = []
         self.config = config_module.Config()
@@ -56,7 +55,7 @@ class Doctor:
         self.add("python", "ok" if sys.version_info >= (3, 10) else "fail",
                  f"Python {sys.version.split()[0]} at {sys.executable}, slurm-liquid {__version__}",
                  "slurm-liquid needs Python 3.10 or newer")
-        missing = [name for name in FULL_INSTALL if not _importable(name)]
+        missing = [name for name in FULL_INSTALL if not importable(name)]
         if missing:
             self.add("install", "fail", f"the light install (progress API only): {', '.join(missing)} missing",
                      f"{sys.executable} -m pip install 'slurm-liquid[site]=={__version__}'")
@@ -228,11 +227,11 @@ class Doctor:
             parts = line.split("|", 3)
             if len(parts) < 4 or "gres/gpu" not in parts[2]:
                 continue
-            for node in _expand(parts[1]):
+            for node in expand(parts[1]):
                 ran[node] = ran.get(node, 0) + 1
             match = re.search(r"liquid-used/1 [^;]*?nodes=(\S+)", parts[3])
             if match:
-                recorded.update(_expand(match.group(1)))
+                recorded.update(expand(match.group(1)))
         silent = sorted(n for n in ran if n not in recorded)
         if not ran:
             self.add("agents", "warn", f"no GPU job ended in the last {self.since_days} days: agents not checked")
@@ -246,7 +245,7 @@ class Doctor:
     # -------------------------------------------------------------- GPU node
 
     def check_agent_here(self) -> None:
-        running = _processes("slurm-liquid", "agent")
+        running = processes("slurm-liquid", "agent")
         ended = Path(self.config.agent.spool_dir) / "ended"
         if not running:
             self.add("agent", "fail", "slurm-liquid agent is not running on this node: jobs here are not measured",
@@ -305,49 +304,6 @@ def _joined(value: str, plugin: str) -> str:
 
 def _role_arg(item: files.SiteFile) -> str:
     return item.roles[0] if len(item.roles) == 1 else "all"
-
-
-def _importable(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-        return True
-    except Exception:  # noqa: BLE001 -- broken counts as missing
-        return False
-
-
-def _expand(nodelist: str) -> list[str]:
-    try:
-        import hostlist
-        return list(hostlist.expand_hostlist(nodelist))
-    except Exception:  # noqa: BLE001 -- an odd list is read as one name
-        return [nodelist] if nodelist and nodelist != "None assigned" else []
-
-
-def _processes(*words: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        text = [a.decode(errors="replace") for a in argv]
-        if any(Path(a).name == words[0] for a in text[:2]) and all(w in text for w in words[1:]):
-            found.append(int(entry.name))
-    return found
-
-
-def _run(argv: list[str]) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return subprocess.CompletedProcess(argv, 127, "", str(exc))
-
-
-def detect_roles() -> tuple[str, ...]:
-    roles = tuple(role for role, daemon in (("controller", "slurmctld"), ("node", "slurmd")) if _processes(daemon))
-    return roles or ("login",)
 
 
 def report(findings: list[Finding], verbose: bool) -> str:

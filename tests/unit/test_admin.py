@@ -186,7 +186,7 @@ def test_daemon_check_reads_slurm_and_changes_nothing(tmp_path, etc, monkeypatch
 
     assert doctor_module.daemon_check(str(etc / "liquid.toml"), Client) in (0, 1)
     out = capsys.readouterr().out
-    assert "OK    slurm: read 2 nodes (8 GPUs)" in out and "heartbeat" not in out
+    assert "OK    slurm: read 2 nodes (8 GPUs)" in out and "daemon:" not in out and "agents:" not in out
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
 
     def broken():
