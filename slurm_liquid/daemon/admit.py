@@ -44,6 +44,7 @@ from slurm_liquid.staging.predict import StagingHints
 from slurm_liquid.topology import Topology
 
 log = logging.getLogger(__name__)
+RENEW_BATCH = 500                  # lease renewals per scontrol command (one RPC per job inside it)
 QUARANTINE_S = (30.0, 600.0)       # a job whose handling failed is left alone this long, doubling
 
 
@@ -113,6 +114,7 @@ class Admitter:
 
     def _run_pass(self) -> PassReport:
         report = PassReport()
+        self._renewals: dict[int, list[int]] = {}   # lease seconds -> jobs to renew, written at the end
         jobs = self.client.jobs()
         nodes = {n.name: n for n in self.client.nodes()}
         self._total_gpus = sum(n.gpus for n in nodes.values())
@@ -138,6 +140,7 @@ class Admitter:
         held.sort(key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         if self.config.daemon.mode == "enforce":
             self._place_held(held, views, nodes, report)
+        self._renew(report)
         try:   # staging: hints for the jobs left waiting (a failure costs the hints, never the pass)
             self.staging.after_pass(jobs, state, report)
         except Exception as exc:  # noqa: BLE001
@@ -360,11 +363,26 @@ class Admitter:
         if ends_in < cfg.lease_s / 2:
             # The daemon's own release at max_hold_s must come before the lease runs out.
             lease = max(min(cfg.lease_s, cfg.max_hold_s - age + 2 * cfg.poll_s), 1)
-            try:
-                self.client.update_job(job.job_id, StartTime=f"now+{int(math.ceil(lease))}")
-                report.renewed.append(job.job_id)
-            except SlurmError as exc:
-                report.errors.append(f"job {job.job_id}: renewing its hold failed: {exc}")
+            self._renewals.setdefault(int(math.ceil(lease)), []).append(job.job_id)
+
+    def _renew(self, report: PassReport) -> None:
+        """The pass's lease renewals, one scontrol command per lease length (and RENEW_BATCH jobs) instead of
+        one per job; a command that fails (a job ended since the read) is done again job by job."""
+        for lease, job_ids in sorted(self._renewals.items()):
+            for start in range(0, len(job_ids), RENEW_BATCH):
+                chunk = job_ids[start:start + RENEW_BATCH]
+                try:
+                    self.client.update_jobs(chunk, StartTime=f"now+{lease}")
+                    report.renewed.extend(chunk)
+                    continue
+                except SlurmError:
+                    pass
+                for job_id in chunk:
+                    try:
+                        self.client.update_job(job_id, StartTime=f"now+{lease}")
+                        report.renewed.append(job_id)
+                    except SlurmError as exc:
+                        report.errors.append(f"job {job_id}: renewing its hold failed: {exc}")
 
     def _write(self, job: Job, tag: Tag, record: Record, report: PassReport, **fields: str | int) -> None:
         try:
