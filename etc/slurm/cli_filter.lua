@@ -80,12 +80,15 @@ local function filter(options)
     if pipe then pipe:close() end
     os.remove(path)
     local ef = io.open(errpath, "r")
-    local err = ef and ef:read(512) or ""
+    local err = string.sub(ef and ef:read("*a") or "", -1024)   -- its last lines say why
     if ef then ef:close() end
     os.remove(errpath)
     -- Only a complete answer counts: the helper ends it with "end" (a crash midway leaves none).
     if not string.find(out, "\nend\n$") and out ~= "end\n" then
-        local why = string.match(err, "([^\n]*)\n?$") or ""
+        local why = ""
+        for line in string.gmatch(err, "[^\n]+") do
+            why = line
+        end
         if why == "" then
             why = "no answer within " .. TIME_LIMIT_S .. " s (or " .. HELPER .. " is missing)"
         end

@@ -51,3 +51,9 @@ def test_a_silent_helper_is_logged_too(tmp_path) -> None:
 def test_a_complete_answer_is_applied_and_nothing_is_logged(tmp_path) -> None:
     logged, options = run_filter(tmp_path, "echo 'warning: slow disk' >&2\nprintf 'set gres gpu:2\\nend\\n'\n")
     assert logged == [] and options["gres"] == "gpu:2"
+
+
+def test_the_last_line_of_a_long_traceback_is_the_one_logged(tmp_path) -> None:
+    logged, _ = run_filter(tmp_path, "i=0; while [ $i -lt 200 ]; do echo \"  frame $i of a deep traceback\" >&2; "
+                                     "i=$((i+1)); done\necho 'RuntimeError: the real reason' >&2\necho >&2\nexit 1\n")
+    assert logged == ["slurm-liquid: no advice, the job is submitted as asked: helper failed: RuntimeError: the real reason"]
