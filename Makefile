@@ -7,7 +7,7 @@ CLUSTER := containers/cluster
 LIQUID_SUITES ?= trixie bookworm
 export LIQUID_SUITES
 
-.PHONY: demo test unit host venv up down clean
+.PHONY: demo test unit host venv up down clean dist
 
 ## demo: bring up the containerized Slurm cluster, submit a few jobs, show what Slurm says
 demo: host venv
@@ -30,8 +30,13 @@ venv: $(BIN)/.installed
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test,plot]'
+	$(BIN)/python -m pip install -q -e '.[site,test,plot]'
 	touch $@
+
+## dist: the sdist and the wheel built from it (a release's files; the wheel carries etc/ and docs/)
+dist: venv
+	$(BIN)/python -m pip install -q build
+	$(BIN)/python -m build --outdir dist
 
 up: host
 	$(CLUSTER) up

@@ -35,10 +35,11 @@ install_config() {
 # The slurm-liquid daemon beside slurmctld (what etc/systemd/slurm-liquid-daemon.service does on a
 # real controller); tests stop and start it with `docker exec CONTAINER entrypoint.sh daemon-stop`.
 daemon_start() {  # extra arguments go to `slurm-liquid daemon` (e.g. --policy static)
-    if pgrep -f "slurm-liquid daemon" >/dev/null; then return 0; fi
-    local started
-    started=$(date +%s)
-    setsid slurm-liquid daemon "$@" >>/var/log/slurm/liquid-daemon.out 2>&1 < /dev/null &
+    local started=1   # already running (e.g. still starting with the controller): wait for its first heartbeat
+    if ! pgrep -f "slurm-liquid daemon" >/dev/null; then
+        started=$(date +%s)
+        setsid slurm-liquid daemon "$@" >>/var/log/slurm/liquid-daemon.out 2>&1 < /dev/null &
+    fi
     local deadline=$((SECONDS + 20))
     until [ "$(cut -d' ' -f1 /var/spool/slurm-liquid/heartbeat 2>/dev/null || echo 0)" -ge "$started" ]; do
         if ((SECONDS > deadline)); then log "the slurm-liquid daemon wrote no heartbeat in 20 s"; return 1; fi

@@ -29,7 +29,13 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "daemon": ("slurm_liquid.daemon.cli", "hold, place and release opted-in jobs (runs beside slurmctld)"),
     "explain": ("slurm_liquid.explain", "show a job's slurm-liquid record and the reasoning behind it"),
     "agent": ("slurm_liquid.agent.cli", "measure what jobs use on this node (NVML) and record it in sacct"),
+    "admin": ("slurm_liquid.admin.cli", "install the Slurm files, systemd units and docs this package ships"),
+    "doctor": ("slurm_liquid.admin.doctor", "check this controller or node's set-up; say what is wrong and the fix"),
 }
+
+# What the `site` extra adds to the light install (pyproject.toml).
+SITE_MODULES = {"numpy", "scipy", "sklearn", "networkx", "hostlist", "pynvml", "tqdm", "inotify_simple",
+                "prometheus_client", "msgspec"}
 
 
 def log_to_file(path: str) -> None:
@@ -74,6 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             print(f"slurm-liquid {top.command}: not available in this installation ({exc})", file=sys.stderr)
+            return 2
+        if exc.name and exc.name.split(".")[0] in SITE_MODULES:   # the light install (progress API only)
+            print(f"slurm-liquid {top.command}: needs the site install: pip install 'slurm-liquid[site]=={__version__}' "
+                  f"({exc.name} is missing)", file=sys.stderr)
             return 2
         raise
     if getattr(module, "RAW_ARGV", False):  # a wrapper: its arguments belong to another command

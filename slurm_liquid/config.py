@@ -84,7 +84,7 @@ class ElasticConfig:
     progress_dir: str = "/shared/slurm-liquid/progress"   # world-writable + sticky, on a shared file system
     journal: str = "/var/lib/slurm-liquid/journal.sqlite"
     speed_journal: str = "/var/lib/slurm-liquid/speed.jsonl"   # the jobs' measured speeds (root-owned)
-    metrics_port: int = 0              # Prometheus metrics on this port (0: off)
+    metrics_port: int = 0              # older place of [metrics] port (kept for existing files)
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class AgentConfig:
     order_wait_s: float = 20.0         # a multi-node job's agents record in node order, waiting this long
     ended_wait_s: float = 120.0        # for the job's end to reach slurmdbd before recording
     end_grace_s: float = 60.0          # without the epilog: a job gone this long is asked about
-    metrics_port: int = 0
+    metrics_port: int = 0              # older place of [metrics] agent_port (kept for existing files)
     log_file: str = ""
 
 
@@ -137,6 +137,15 @@ class StagingConfig:
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    """Prometheus metrics of the daemon and the node agent (etc/monitoring has the dashboard and alerts)."""
+
+    address: str = "127.0.0.1"         # the interface both listen on ("0.0.0.0": every interface)
+    port: int = 0                      # the daemon's port (0: off)
+    agent_port: int = 0                # the node agent's port (0: off)
+
+
+@dataclass(frozen=True)
 class Config:
     submit: SubmitConfig = field(default_factory=SubmitConfig)
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
@@ -144,6 +153,7 @@ class Config:
     elastic: ElasticConfig = field(default_factory=ElasticConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     staging: StagingConfig = field(default_factory=StagingConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     path: str = ""
 
 
@@ -227,6 +237,14 @@ def validate(config: Config) -> Config:
         raise UsageError(f"{where}: [daemon] needs 1 <= slurm_timeout_s <= 120 and stall_after_s >= "
                          "2 x slurm_timeout_s")
     return config
+
+
+def metrics_endpoint(config: Config, who: str) -> tuple[str, int]:
+    """(address, port) of the daemon's (`who` = "daemon") or the agent's metrics; port 0: off.
+    `[elastic] metrics_port` and `[agent] metrics_port`, the older places, count when [metrics] has none."""
+    if who == "daemon":
+        return config.metrics.address, config.metrics.port or config.elastic.metrics_port
+    return config.metrics.address, config.metrics.agent_port or config.agent.metrics_port
 
 
 def load(path: str | os.PathLike[str] | None = None) -> Config:

@@ -22,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job_id", type=int, help="the Slurm job id")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--config", default=None, help="liquid.toml (for the site file and correction model)")
-    parser.add_argument("--container", metavar="NAME", help="run the Slurm commands inside this container")
+    # the test cluster's: run the Slurm commands inside this container (not for sites, so not in --help)
+    parser.add_argument("--container", metavar="NAME", help=argparse.SUPPRESS)
 
 
 def explain(job, config) -> dict:

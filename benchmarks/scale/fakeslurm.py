@@ -55,9 +55,9 @@ class RecordedSlurm:
             return self.scenario.partitions
         if command == "scontrol" and args[:2] == ["write", "batch_script"]:
             return "#!/bin/sh\n#LIQUID model=resnet50 batch-size=32\nsrun python train.py\n"
-        if command == "scontrol" and args and args[0] == "update":
-            job_id = int(args[1].split("=", 1)[1])
-            self.updates.append((job_id, dict(a.split("=", 1) for a in args[2:])))
+        if command == "scontrol" and args and args[0] == "update":   # JobId=N or JobId=A,B,...
+            for job_id in args[1].split("=", 1)[1].split(","):
+                self.updates.append((int(job_id), dict(a.split("=", 1) for a in args[2:])))
             return ""
         if command == "scontrol" and args and args[0] in WRITES:
             self.actions.append((args[0], int(args[-1])))

@@ -71,13 +71,28 @@ local function filter(options)
         end
     end
     f:close()
-    local cmd = string.format("timeout -k 1 %d %s submit-filter --options %s 2>/dev/null", TIME_LIMIT_S, HELPER, path)
+    -- the helper's stderr goes to a second private file: a broken helper is reported, not silent
+    local errpath = os.tmpname()
+    local cmd = string.format("timeout -k 1 %d %s submit-filter --options %s 2>%s", TIME_LIMIT_S, HELPER, path,
+                              errpath)
     local pipe = io.popen(cmd, "r")
     local out = pipe and pipe:read("*a") or ""
     if pipe then pipe:close() end
     os.remove(path)
+    local ef = io.open(errpath, "r")
+    local err = string.sub(ef and ef:read("*a") or "", -1024)   -- its last lines say why
+    if ef then ef:close() end
+    os.remove(errpath)
     -- Only a complete answer counts: the helper ends it with "end" (a crash midway leaves none).
     if not string.find(out, "\nend\n$") and out ~= "end\n" then
+        local why = ""
+        for line in string.gmatch(err, "[^\n]+") do
+            why = line
+        end
+        if why == "" then
+            why = "no answer within " .. TIME_LIMIT_S .. " s (or " .. HELPER .. " is missing)"
+        end
+        slurm.log_error("slurm-liquid: no advice, the job is submitted as asked: helper failed: %s", why)
         return
     end
     for line in string.gmatch(out, "[^\n]+") do

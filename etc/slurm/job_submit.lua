@@ -57,9 +57,12 @@ local function daemon_state()
 end
 
 local function wake_daemon()
-    local f = io.open(SPOOL .. "/events/submitted", "w")
+    local f, err = io.open(SPOOL .. "/events/submitted", "w")
     if f ~= nil then
         f:close()
+    else   -- the daemon then sees the job at its next poll ([daemon] poll_s) instead of at once
+        slurm.log_error("slurm-liquid: cannot wake the daemon: %s (slurm-liquid doctor checks the spool)",
+                        tostring(err))
     end
 end
 

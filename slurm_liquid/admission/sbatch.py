@@ -73,7 +73,7 @@ def sbatch_argv(argv: Sequence[str]) -> list[str]:
                 i += 1
     if not values:
         return ["sbatch", *passed] if comment is None else ["sbatch", f"--comment={comment}", *passed]
-    spec = JobSpec.from_values(values, source="slurm-liquid sbatch")
+    spec = JobSpec.from_values(values, source="--liquid flags")   # main() names the command
     text = spec.to_directive().removeprefix("#LIQUID ")
     user = ""
     if comment is not None:

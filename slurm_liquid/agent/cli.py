@@ -334,7 +334,9 @@ def run(args: argparse.Namespace) -> int:
     if config.staging.enabled:   # staging (slurm_liquid/staging): its own threads, never in this loop
         from slurm_liquid.staging.agent import start as start_staging
         start_staging(config.staging, client, node, cfg.spool_dir)
-    metrics = _metrics(cfg.metrics_port, agent)
+    from slurm_liquid.admin.files import warn_at_start
+    warn_at_start("node")   # the node's Epilog and TaskProlog are this package's, or a warning says how not
+    metrics = _metrics(*config_module.metrics_endpoint(config, "agent"), agent)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     log.info("agent on %s: GPUs from %s, every %.1f s, recording to %s", node, reader.source, cfg.interval_s,
@@ -359,23 +361,36 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _metrics(port: int, agent: Agent) -> Callable[[float], None]:
-    """Prometheus gauges of the agent's own cost and of each job's peaks; a no-op at port 0."""
+def _metrics(address: str, port: int, agent: Agent, serve: bool = True) -> Callable[[float], None]:
+    """Prometheus metrics of the agent's own cost, its errors and each job's peaks; a no-op at port 0.
+    In the default registry, which the staging threads' counters share (one port per node)."""
     if port <= 0:
         return lambda seconds: None
-    from prometheus_client import Gauge, Histogram, start_http_server
+    from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
     sample_seconds = Histogram("liquid_agent_sample_seconds", "seconds per sample (processes + GPUs)")
-    errors = Gauge("liquid_agent_errors", "exceptions caught and skipped since the agent started", ["where"])
+    errors = Counter("liquid_agent_errors_total", "exceptions caught and skipped, by where", ["where"])
     peak = Gauge("liquid_agent_job_gpu_peak_mib", "peak GPU memory per GPU of a running job", ["job"])
     jobs = Gauge("liquid_agent_jobs", "jobs measured on this node")
-    start_http_server(port)
+    under = Counter("liquid_agent_under_estimates_total",
+                    "jobs whose measured peak GPU memory per GPU exceeded the estimate in their record")
+    counted: dict[str, int] = {}
+    if serve:
+        try:
+            start_http_server(port, addr=address)
+        except OSError as exc:
+            log.warning("metrics not served on %s:%d: %s", address, port, exc)
 
     def update(seconds: float) -> None:
         sample_seconds.observe(seconds)
         jobs.set(len(agent.meters.jobs))
-        for where, count in list(agent.errors.items()):
-            errors.labels(where).set(count)
+        for where, count in list(agent.errors.items()):   # a Counter grows by what was added since
+            errors.labels(where).inc(max(count - counted.get(where, 0), 0))
+            counted[where] = count
+        recorder = getattr(agent, "recorder", None)
+        seen = getattr(recorder, "under_estimated", 0)
+        under.inc(max(seen - counted.get("", 0), 0))
+        counted[""] = seen
         peak.clear()
         for job_id, meter in agent.meters.jobs.items():
             peak.labels(str(job_id)).set(max((g.peak_mib for g in meter.gpus.values()), default=0))

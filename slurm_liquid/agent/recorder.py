@@ -20,7 +20,7 @@ from typing import Callable
 
 import hostlist
 
-from slurm_liquid.ledger import Usage, with_usage
+from slurm_liquid.ledger import Record, Usage, with_usage
 from slurm_liquid.slurm.client import SlurmClient
 from slurm_liquid.slurm.errors import SlurmError
 
@@ -37,6 +37,11 @@ class Recorder:
     poll_s: float = 1.0
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+    # jobs recorded here whose measured peak per GPU exceeded the estimate of their record (est=); counted
+    # by the first node of a job only (liquid_agent_under_estimates_total). The Comment is the user's claim:
+    # it only feeds this count.
+    under_estimated: int = 0
+    _comment: str = ""
 
     def record(self, job_id: int, usage: Usage, nodelist: str = "") -> str | None:
         """Merge `usage` into the job's AdminComment; returns the written line (None when not written)."""
@@ -63,6 +68,9 @@ class Recorder:
             written = Usage.parse(after or "")
             if written is not None and self.node in written.nodes:
                 log.info("job %d: recorded %s", job_id, written.render())
+                estimate = (Record.parse(self._comment) or Record()).estimate_mib()
+                if estimate and usage.peak_mib > estimate and not self._before_me(nodelist):
+                    self.under_estimated += 1
                 return after
             line = with_usage(after or "", usage)   # another node wrote in between: merge again
         log.warning("job %d: usage not recorded after 3 tries: %s", job_id, usage.render())
@@ -85,6 +93,7 @@ class Recorder:
         # accounting() gives the latest run of each id; a requeued job's next run may be PENDING already
         if not runs or runs[0].state in ("RUNNING", "COMPLETING"):
             return None
+        self._comment = runs[0].comment or ""
         return runs[0].admin_comment
 
     def _wait_ended(self, job_id: int) -> str | None:

@@ -30,7 +30,7 @@ import hostlist
 from slurm_liquid.config import Config
 from slurm_liquid.daemon.free import free_state, stranded, take_shards, taken_by
 from slurm_liquid.daemon.pins import pin_lapsed
-from slurm_liquid.daemon.quarantine import PassReport, Quarantine
+from slurm_liquid.daemon.quarantine import PassReport, Quarantine, renew_leases
 from slurm_liquid.errors import LiquidError
 from slurm_liquid.gcpause import gc_paused
 from slurm_liquid.ledger import Placed, Record, Tag, TagState, TrustedSpec, comment_spec, with_tag
@@ -77,6 +77,7 @@ class Admitter:
 
     def _run_pass(self) -> PassReport:
         report = PassReport()
+        self._renewals: dict[int, list[int]] = {}   # lease seconds -> jobs to renew, written at the end
         jobs = self.client.jobs()
         nodes = {n.name: n for n in self.client.nodes()}
         self._total_gpus = sum(n.gpus for n in nodes.values())
@@ -102,6 +103,7 @@ class Admitter:
         held.sort(key=lambda j: (j.submit_time.timestamp() if j.submit_time else 0.0, j.job_id))
         if self.config.daemon.mode == "enforce":
             self._place_held(held, views, nodes, report)
+        renew_leases(self.client, self._renewals, report)
         try:   # staging: hints for the jobs left waiting (a failure costs the hints, never the pass)
             self.staging.after_pass(jobs, state, report)
         except Exception as exc:  # noqa: BLE001
@@ -325,11 +327,7 @@ class Admitter:
         if ends_in < cfg.lease_s / 2:
             # The daemon's own release at max_hold_s must come before the lease runs out.
             lease = max(min(cfg.lease_s, cfg.max_hold_s - age + 2 * cfg.poll_s), 1)
-            try:
-                self.client.update_job(job.job_id, StartTime=f"now+{int(math.ceil(lease))}")
-                report.renewed.append(job.job_id)
-            except SlurmError as exc:
-                report.errors.append(f"job {job.job_id}: renewing its hold failed: {exc}")
+            self._renewals.setdefault(int(math.ceil(lease)), []).append(job.job_id)
 
     def _write(self, job: Job, tag: Tag, record: Record, report: PassReport, **fields: str | int) -> None:
         try:

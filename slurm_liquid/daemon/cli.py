@@ -50,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override [elastic] start_wider (an elastic job alone in the queue starts at up to "
                              "one node's free GPUs)")
     parser.add_argument("--once", action="store_true", help="one elastic slot and one placement pass, then exit")
+    parser.add_argument("--check", action="store_true", help="check the config, files and Slurm access, change nothing")
     parser.add_argument("--poll", type=float, default=None, metavar="S",
                         help="override [daemon] poll_s (with --no-events: the polling baseline)")
     parser.add_argument("--no-events", action="store_true",
@@ -110,15 +111,21 @@ def run(args: argparse.Namespace) -> int:
     from slurm_liquid.cli import log_to_file
     from slurm_liquid.slurm import connect
 
+    if args.check:   # read-only: slurm_liquid/admin/doctor.py
+        from slurm_liquid.admin.doctor import daemon_check
+        return daemon_check(args.config, lambda: connect("auto", timeout_s=cfg.slurm_timeout_s))
     if args.log_file or cfg.log_file:
         log_to_file(args.log_file or cfg.log_file)
+    from slurm_liquid.admin.files import warn_at_start
+    warn_at_start("controller")   # the Lua files slurmctld runs are this package's, or a warning says how not
 
     client = connect("auto", timeout_s=cfg.slurm_timeout_s)
     adjuster = _adjuster(client, config)
     admitter = Admitter(client, config, adjuster.topology, promised=adjuster.resizer.in_flight)
     spool = Spool(cfg.spool_dir, owner=cfg.slurm_user)
     spool.prepare()
-    metrics = Metrics(config.elastic.metrics_port, cfg.mode, config.elastic.policy)
+    address, port = config_module.metrics_endpoint(config, "daemon")
+    metrics = Metrics(port, cfg.mode, config.elastic.policy, address)
     if args.once:
         _slot(adjuster, metrics)   # steps resizes first: nothing stays requeue-held
         _pass(admitter, metrics)

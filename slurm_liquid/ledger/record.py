@@ -21,6 +21,7 @@ from slurm_liquid.ledger.optin import USER_SEP, comment_opts_in
 # Order in which fields are written (and read best in `sacct -o Comment%120`).
 FIELDS = ("mode", "est", "asked", "set", "placed", "staged", "err", "note")
 _KEY = re.compile(r"[a-z][a-z0-9_\-]{0,31}")
+_EST = re.compile(r":(\d{1,6}(?:\.\d{1,3})?)G$")   # the GiB per GPU that ends an est= word
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,11 @@ class Record:
         text = (comment or "").strip()
         # `liquid: spec || user text` (the sbatch wrapper's): the user's part is theirs to keep
         return cls(user=text.partition(USER_SEP)[2].strip()) if comment_opts_in(text) else cls(user=text)
+
+    def estimate_mib(self) -> float | None:
+        """The estimated GPU memory per GPU of `est=` (`2xh100-80gb:31G` -> 31744), None without one."""
+        match = _EST.search(self.fields.get("est", ""))
+        return float(match.group(1)) * 1024 if match else None
 
     def job_spec(self):
         """The spec as a JobSpec (raises LiquidError when it does not parse, or was cut)."""

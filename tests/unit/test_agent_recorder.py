@@ -135,3 +135,17 @@ def test_log_and_off_modes_touch_no_accounting() -> None:
         rec = Recorder(client, "gpu01", mode)
         assert rec.record(5, usage("gpu01")) is None
         assert client.reads == 0 and client.writes == []
+
+
+def test_under_estimates_are_counted_once_by_the_first_node() -> None:
+    """A peak above the record's est= counts (liquid_agent_under_estimates_total); a later node does not."""
+    for comment, peak, node, expected in (
+            ("liquid/1 mode=advise est=2xh100-80gb:20G | model=x", 30000, "gpu01", 1),   # 30000 > 20480 MiB
+            ("liquid/1 mode=advise est=2xh100-80gb:40G | model=x", 30000, "gpu01", 0),
+            ("liquid/1 mode=advise est=2xh100-80gb:20G | model=x", 30000, "gpu02", 0),   # not the first node
+            ("my own text", 30000, "gpu01", 0)):                                          # no estimate
+        client = FakeAccounting(["COMPLETED"])
+        client.job = replace(client.job, comment=comment)
+        rec, _ = recorder(client, node=node, order_wait_s=0)
+        assert rec.record(5, usage(node, peak=peak), nodelist="gpu[01-02]") is not None
+        assert rec.under_estimated == expected, comment

@@ -88,6 +88,17 @@ class FakeSlurm:
         self._jobs[job_id] = replace(old, comment=fields.get("Comment", old.comment),
                                      admin_comment=fields.get("AdminComment", old.admin_comment))
 
+    def update_jobs(self, job_ids, **fields) -> None:
+        """As scontrol: every job it can update is updated; one that fails fails the command."""
+        failures = []
+        for job_id in job_ids:
+            try:
+                self.update_job(job_id, **fields)
+            except SlurmError as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
     def resize(self, job_id: int, gpus_per_node: int, num_nodes: int | None = None, nodes=None,
                gpu_type: str | None = None) -> None:
         if job_id in self.failing:
@@ -292,6 +303,27 @@ def test_a_waiting_job_has_its_lease_renewed_only_when_it_runs_low() -> None:
     assert set(renewal) == {"StartTime"}
     seconds = int(re.fullmatch(r"now\+(\d+)", renewal["StartTime"]).group(1))
     assert 0 < seconds <= LEASE
+
+
+def test_renewals_of_one_lease_go_as_one_command_and_a_failure_falls_back_job_by_job() -> None:
+    full = cluster(gpu01=4, gpu02=4, gpu03=4, gpu04=4)
+    calls: list[tuple[int, ...]] = []
+
+    class Counting(FakeSlurm):
+        def update_jobs(self, job_ids, **fields):
+            calls.append(tuple(job_ids))
+            super().update_jobs(job_ids, **fields)
+
+    client = Counting([job(i, lease_left=0) for i in range(30, 40)], full)
+    report = run_pass(client)
+    assert calls == [tuple(range(30, 40))] and sorted(report.renewed) == list(range(30, 40))
+    # a job that cannot be updated (it ended since the read) costs the others nothing
+    calls.clear()
+    client = Counting([job(i, lease_left=0) for i in range(30, 40)], full, failing=(33,))
+    report = run_pass(client)
+    assert calls[0] == tuple(range(30, 40)) and sorted(report.renewed) == [i for i in range(30, 40) if i != 33]
+    assert [e for e in report.errors if "renewing" in e] == ["job 33: renewing its hold failed: `scontrol update "
+                                                              "JobId=33` exit code 1: Job is no longer pending"]
 
 
 def test_a_renewal_never_outlives_the_daemons_own_release() -> None:

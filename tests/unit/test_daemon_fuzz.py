@@ -59,6 +59,17 @@ class Client:
             raise SlurmError("scontrol refused the field")
         self.updates.append((job_id, fields))
 
+    def update_jobs(self, job_ids, **fields) -> None:
+        """As scontrol: every job it can update is updated; one that fails fails the command."""
+        failures = []
+        for job_id in job_ids:
+            try:
+                self.update_job(job_id, **fields)
+            except SlurmError as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+
     def signal(self, job_id, signal, batch_only=False):
         pass
 

@@ -280,3 +280,14 @@ def test_skipped_entries_are_kept_for_the_caller() -> None:
 def test_a_command_timeout_that_never_ends_is_refused(timeout) -> None:
     with pytest.raises(SlurmError, match="timeout must be in"):
         CliBackend(RecordedRunner("24.11"), timeout_s=timeout)
+
+
+def test_update_jobs_is_one_scontrol_command_for_many_jobs() -> None:
+    from slurm_liquid.slurm import CliBackend
+
+    calls: list[list[str]] = []
+    client = CliBackend(runner=lambda argv, timeout, stdin=None: calls.append(argv) or "", timeout_s=5)
+    client.update_jobs([3, 4, 12], StartTime="now+60")
+    client.update_job(5, StartTime="now+30")
+    assert calls == [["scontrol", "update", "JobId=3,4,12", "StartTime=now+60"],
+                     ["scontrol", "update", "JobId=5", "StartTime=now+30"]]
