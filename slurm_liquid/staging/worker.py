@@ -354,22 +354,33 @@ def _die_with_parent(parent: int) -> None:
         os._exit(3)
 
 
+STATUSES = frozenset({"ok", "missing", "unreadable", "over-quota", "changed", "not-archive", "failed"})
+
+
+def answer(req: Any) -> dict[str, Any]:
+    """One request's answer; every failure is a status word (STATUSES) and a short detail."""
+    try:
+        return stage(req) if req.get("op") == "copy" else scan(req)
+    except Refused as exc:
+        return {"status": exc.status, "detail": str(exc)[:300]}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return {"status": "failed", "detail": f"bad request: {exc}"[:300]}
+    except OSError as exc:
+        refused = _oserror(exc)
+        return {"status": refused.status, "detail": str(refused)[:300]}
+    except MemoryError:               # the agent bounds our address space (asuser.CHILD_MEMORY)
+        return {"status": "over-quota", "detail": "more memory than a staging worker may use"}
+
+
 def main() -> int:
     try:
         req = json.loads(sys.stdin.read(1 << 16))
         _die_with_parent(int(req.get("parent", 0)))
         os.umask(0o077)
-        answer = stage(req) if req.get("op") == "copy" else scan(req)
-    except Refused as exc:
-        answer = {"status": exc.status, "detail": str(exc)[:300]}
-    except (ValueError, KeyError, TypeError) as exc:
-        answer = {"status": "failed", "detail": f"bad request: {exc}"[:300]}
-    except OSError as exc:
-        refused = _oserror(exc)
-        answer = {"status": refused.status, "detail": str(refused)[:300]}
-    except MemoryError:               # the agent bounds our address space (asuser.CHILD_MEMORY)
-        answer = {"status": "over-quota", "detail": "more memory than a staging worker may use"}
-    sys.stdout.write(json.dumps(answer))
+        out = answer(req)
+    except (ValueError, TypeError, AttributeError) as exc:
+        out = {"status": "failed", "detail": f"bad request: {exc}"[:300]}
+    sys.stdout.write(json.dumps(out))
     return 0
 
 
