@@ -107,6 +107,8 @@ class Chaos:
         self.undo: list[tuple[float, str, str, dict]] = []      # (when, kind, target, record)
         self.violations: list[str] = []
         self.job_seconds = (45.0, 90.0)
+        self.daemon_args: tuple[str, ...] = ()
+        self.arrivals = 0.55                 # part of the fault time over which jobs arrive
 
     # ------------------------------------------------------------ the cluster
 
@@ -154,7 +156,7 @@ class Chaos:
                     raise SystemExit(f"soak: cannot make {path}: {proc.stderr}")
         curves = [j["curve"] for j in json.loads((REPO / "benchmarks/live/workload-seed0.json").read_text())["jobs"]]
         plan, files = [], {}
-        span = minutes * 60 * 0.55          # arrivals over the first half; the rest is for finishing under faults
+        span = minutes * 60 * self.arrivals     # arrivals early: the cluster is busy, elastic jobs are resized
         for i in range(jobs):
             user = ("alice", "bob")[i % 2]
             gpus = self.rng.choice((1, 2, 2, 4))
@@ -194,13 +196,14 @@ class Chaos:
 
     def inject(self, t: float) -> None:
         kind = self.rng.choice(FAULTS)
-        node = self.rng.choice(NODES)
+        busy = {target for _, _, target, _ in self.undo}       # a node under a fault is not faulted again
+        node = self.rng.choice([n for n in NODES if n not in busy] or list(NODES))
         record = {"t": round(t, 1), "at": time.time(), "fault": kind}
         if kind == "daemon-kill":
             self.ctl("pkill", "-KILL", "-f", "slurm-liquid daemon")
             time.sleep(5)
             restarted = time.time()
-            self.ctl("entrypoint.sh", "daemon-start", timeout=60)
+            self.ctl("entrypoint.sh", "daemon-start", *self.daemon_args, timeout=60)
             record["heartbeat_back_s"] = self.heartbeat_back(restarted)
         elif kind == "slurmctld-restart":
             self.ctl("pkill", "-TERM", "-x", "slurmctld")
@@ -290,8 +293,10 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "faults.jsonl").write_text("")
     chaos = Chaos(args.suite, out, random.Random(args.seed))
-    chaos.job_seconds = args.job_seconds
-    chaos.ctl("entrypoint.sh", "daemon-start", timeout=60)
+    chaos.job_seconds, chaos.arrivals = args.job_seconds, args.arrivals
+    chaos.daemon_args = ("--policy", args.policy) if args.policy else ()
+    chaos.ctl("entrypoint.sh", "daemon-stop")           # started again with the soak's policy
+    chaos.ctl("entrypoint.sh", "daemon-start", *chaos.daemon_args, timeout=60)
     for node in NODES:
         chaos.exec(node, "entrypoint.sh", "agent-start", timeout=60)
     plan = chaos.prepare(args.jobs, args.minutes)
@@ -336,6 +341,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.keep:
         chaos.ctl("scancel", "-u", "alice")
         chaos.ctl("scancel", "-u", "bob")
+    chaos.ctl("entrypoint.sh", "daemon-stop")            # back to the cluster's own settings
+    chaos.ctl("entrypoint.sh", "daemon-start", timeout=60)
     chaos.ctl("rm", "-f", "/usr/local/sbin/scontrol", "/run/chaos/lose-requeue")
     say(f"soak: {'PASS' if results['pass'] else 'FAIL'}: {results['checks']}")
     return 0 if results["pass"] else 1
@@ -388,7 +395,7 @@ def judge(chaos: Chaos, plan: list[dict], ids: dict[str, int], worst: dict[int, 
         problems["journal"].append(f"unfinished resizes in the journal: {unfinished}")
     lost = chaos.ctl("cat", "/run/chaos/lost").stdout.strip().splitlines()
     counts = {k: sum(f["fault"] == k for f in chaos.faults) for k in FAULTS}
-    return {"suite": args.suite, "slurm": chaos.ctl("sinfo", "-V").stdout.strip(), "seed": args.seed,
+    return {"suite": args.suite, "policy": args.policy or "(cluster's)", "arrivals": args.arrivals, "slurm": chaos.ctl("sinfo", "-V").stdout.strip(), "seed": args.seed,
             "minutes": args.minutes, "jobs": len(plan), "faults": counts, "faults_total": len(chaos.faults),
             "requeue_answers_lost": len(lost), "resizes": int(unfinished[1]) if len(unfinished) == 2 else None,
             "requeued_runs": sum(max(len(j["runs"]) - 1, 0) for j in per_job),
@@ -422,6 +429,9 @@ def main() -> int:
     parser.add_argument("--job-seconds", type=lambda t: tuple(float(x) for x in t.split(",")), default=(45.0, 90.0),
                         metavar="LO,HI", help="each job's run time at its GPU count, drawn in this range")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--policy", default="drf", help="the daemon's elastic policy for the soak ('' for the "
+                        "cluster's own): DRF resizes elastic jobs whenever the cluster is shared")
+    parser.add_argument("--arrivals", type=float, default=0.35, help="jobs arrive over this part of the fault time")
     parser.add_argument("--keep", action="store_true", help="leave unfinished jobs in the queue")
     args = parser.parse_args()
     if args.jobs < 1 or args.minutes <= 0:
