@@ -142,7 +142,9 @@ class Chaos:
     # ------------------------------------------------------------ setup
 
     def prepare(self, jobs: int, minutes: float) -> list[dict]:
-        self.ctl("rm", "-rf", BASE)
+        # progress reports are keyed by job id: a cluster made afresh numbers its jobs from 1 again,
+        # and a report left by an earlier job of the same id would send a trainer to its checkpoint
+        self.ctl("rm", "-rf", BASE, "/shared/slurm-liquid/progress")
         for sub in ("", "/scripts", "/out", "/checkpoints", "/data"):
             self.ctl("install", "-d", "-m", "1777", BASE + sub)
         self.ctl("install", "-d", "-m", "1777", "/shared/slurm-liquid/progress")
