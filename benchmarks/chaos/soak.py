@@ -109,6 +109,7 @@ class Chaos:
         self.job_seconds = (45.0, 90.0)
         self.daemon_args: tuple[str, ...] = ()
         self.arrivals = 0.55                 # part of the fault time over which jobs arrive
+        self.kinds: tuple[str, ...] = FAULTS
 
     # ------------------------------------------------------------ the cluster
 
@@ -197,7 +198,7 @@ class Chaos:
     # ------------------------------------------------------------ faults
 
     def inject(self, t: float) -> None:
-        kind = self.rng.choice(FAULTS)
+        kind = self.rng.choice(self.kinds)
         busy = {target for _, _, target, _ in self.undo}       # a node under a fault is not faulted again
         node = self.rng.choice([n for n in NODES if n not in busy] or list(NODES))
         record = {"t": round(t, 1), "at": time.time(), "fault": kind}
@@ -296,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "faults.jsonl").write_text("")
     chaos = Chaos(args.suite, out, random.Random(args.seed))
     chaos.job_seconds, chaos.arrivals = args.job_seconds, args.arrivals
+    chaos.kinds = tuple(k for k in FAULTS if k not in args.without)
     chaos.daemon_args = ("--policy", args.policy) if args.policy else ()
     chaos.ctl("entrypoint.sh", "daemon-stop")           # started again with the soak's policy
     chaos.ctl("entrypoint.sh", "daemon-start", *chaos.daemon_args, timeout=60)
@@ -397,7 +399,7 @@ def judge(chaos: Chaos, plan: list[dict], ids: dict[str, int], worst: dict[int, 
         problems["journal"].append(f"unfinished resizes in the journal: {unfinished}")
     lost = chaos.ctl("cat", "/run/chaos/lost").stdout.strip().splitlines()
     counts = {k: sum(f["fault"] == k for f in chaos.faults) for k in FAULTS}
-    return {"suite": args.suite, "policy": args.policy or "(cluster's)", "arrivals": args.arrivals, "slurm": chaos.ctl("sinfo", "-V").stdout.strip(), "seed": args.seed,
+    return {"suite": args.suite, "without": sorted(args.without), "policy": args.policy or "(cluster's)", "arrivals": args.arrivals, "slurm": chaos.ctl("sinfo", "-V").stdout.strip(), "seed": args.seed,
             "minutes": args.minutes, "jobs": len(plan), "faults": counts, "faults_total": len(chaos.faults),
             "requeue_answers_lost": len(lost), "resizes": int(unfinished[1]) if len(unfinished) == 2 else None,
             "requeued_runs": sum(max(len(j["runs"]) - 1, 0) for j in per_job),
@@ -434,10 +436,14 @@ def main() -> int:
     parser.add_argument("--policy", default="drf", help="the daemon's elastic policy for the soak ('' for the "
                         "cluster's own): DRF resizes elastic jobs whenever the cluster is shared")
     parser.add_argument("--arrivals", type=float, default=0.35, help="jobs arrive over this part of the fault time")
+    parser.add_argument("--without", type=lambda t: set(t.split(",")), default=set(), metavar="FAULT,...",
+                        help=f"faults not to inject (of {', '.join(FAULTS)})")
     parser.add_argument("--keep", action="store_true", help="leave unfinished jobs in the queue")
     args = parser.parse_args()
     if args.jobs < 1 or args.minutes <= 0:
         parser.error("--jobs and --minutes must be positive")
+    if args.without - set(FAULTS) or not set(FAULTS) - args.without:
+        parser.error(f"--without: name some of {', '.join(FAULTS)}, not all")
     return run(args)
 
 
