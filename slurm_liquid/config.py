@@ -127,7 +127,9 @@ class StagingConfig:
     enabled: bool = False              # the agents stage and the daemon predicts only when true
     dir: str = "/var/tmp/slurm-liquid-staging"   # node-local staging area (root-owned; u<uid>/ per user)
     quota_gb: float = 100.0            # all staged copies on a node together; LRU eviction beyond
-    max_files: int = 5_000_000         # per dataset
+    max_files: int = 5_000_000         # per dataset: files, directories and links (archive members)
+    user_share: float = 0.5            # one user's copies and copies in progress: this part of quota_gb
+    stall_s: float = 60.0              # a staging worker silent this long (stopped, hung fs) is killed
     transfers: int = 2                 # concurrent copies per node
     bandwidth_mb_s: float = 0.0        # cap per node over all transfers, MB/s (0: none)
     timeout_s: float = 3600.0          # one dataset's copy
@@ -226,6 +228,8 @@ def validate(config: Config) -> Config:
     st = config.staging   # [staging]
     if not st.dir.startswith("/") or st.transfers < 1 or st.poll_s < 0.5:
         raise UsageError(f"{where}: [staging] needs an absolute dir, transfers >= 1 and poll_s >= 0.5")
+    if not 0 < st.user_share <= 1 or st.stall_s < 1:
+        raise UsageError(f"{where}: [staging] needs 0 < user_share <= 1 and stall_s >= 1")
     d = config.daemon
     if d.lease_s < 2 * max(d.poll_s, d.heartbeat_s) or d.stale_after_s <= d.heartbeat_s:
         raise UsageError(f"{where}: [daemon] needs lease_s >= 2 x poll_s and heartbeat_s (renewals come in "

@@ -49,10 +49,12 @@ def explain(job, config) -> dict:
         out["staged"] = describe(record.get("staged"), job.start_time.timestamp() if job.start_time else None)
     # a staging error (err=dataset:...) says nothing against the spec: re-estimate anyway
     if record.spec and (record.get("err") or "dataset:").startswith("dataset:"):
+        from slurm_liquid.asuser import reading_as
         from slurm_liquid.estimate.api import estimate
 
         try:
-            est = estimate(record.job_spec(), gpu_type=job.gpu_type, **config.estimate.kwargs())
+            with reading_as(job.user):          # files the spec names (hf-config): as the job's user
+                est = estimate(record.job_spec(), gpu_type=job.gpu_type, **config.estimate.kwargs())
             out["estimate"] = est.to_json()
             out["explanation"] = est.explanation()
         except LiquidError as exc:

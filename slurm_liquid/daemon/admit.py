@@ -372,12 +372,14 @@ class Admitter:
 
         record = Record.of_comment(job.comment).with_fields(mode="server", asked=Asked.of_job(job).describe())
         try:
+            from slurm_liquid.asuser import reading_as
             from slurm_liquid.estimate.api import estimate
 
             script = "" if comment_spec(job.comment) is not None else self.client.batch_script(job.job_id)
             spec = spec_from(script, job.comment)
             record = replace(record, spec=spec_text(spec))
-            est = estimate(spec, gpu_type=job.gpu_type, **self.config.estimate.kwargs())
+            with reading_as(job.user):          # files the spec names (hf-config): as the job's user
+                est = estimate(spec, gpu_type=job.gpu_type, **self.config.estimate.kwargs())
             record = record.with_fields(est=est.summary())
         except (LiquidError, SlurmError) as exc:
             record = record.with_fields(err=field_of(exc))

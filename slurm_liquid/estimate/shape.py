@@ -8,7 +8,6 @@ size bound and checked field by field (a config is a user's claim like any direc
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import replace
 from typing import Any, Mapping
 
@@ -62,14 +61,12 @@ def _number(config: Mapping[str, Any], where: str, *names: str, lo: float = 1, h
 
 def read_hf_config(path: str) -> dict[str, Any]:
     """The JSON object in `path` (bounded; UsageError naming the file otherwise)."""
+    from slurm_liquid.asuser import UserFileError, read_user_file   # a regular file, bounded, as its user
+
     try:
-        size = os.path.getsize(path)
-        if size > MAX_CONFIG_BYTES:
-            raise UsageError(f"hf-config {path}: {size} bytes is too large for a config.json")
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except UsageError:
-        raise
+        data = json.loads(read_user_file(path, MAX_CONFIG_BYTES).decode("utf-8"))
+    except UserFileError as exc:
+        raise UsageError(f"hf-config {path}: {exc}") from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise UsageError(f"hf-config {path}: cannot read it: {reason}") from None

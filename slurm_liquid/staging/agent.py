@@ -93,6 +93,8 @@ class Stager:
         self.metrics = _Metrics()
         self._lock = threading.RLock()
         self._errors: set[str] = set()
+        self._busy: dict[int, int] = {}          # uid -> transfers running
+        self._parked: list[tuple[Key, User, int | None]] = []
 
     # ------------------------------------------------------------ start
 
@@ -119,11 +121,27 @@ class Stager:
             time.sleep(max(self.cfg.poll_s - (time.monotonic() - started), 0.2))
 
     def transfer_forever(self) -> None:
+        """One transfer thread. A user holds at most half the threads (at least one): a user whose
+        datasets hang (until the worker's stall or timeout bound) never blocks everyone else's."""
         while True:
             item = self.work.get()
             if item is None:
                 return
-            self.transfer(*item)
+            uid = item[0][0]
+            with self._lock:
+                if self._busy.get(uid, 0) >= max(1, self.cfg.transfers // 2):
+                    self._parked.append(item)        # taken up again when one of theirs ends
+                    continue
+                self._busy[uid] = self._busy.get(uid, 0) + 1
+            try:
+                self.transfer(*item)
+            finally:
+                with self._lock:
+                    self._busy[uid] -= 1
+                    mine = [i for i in self._parked if i[0][0] == uid]
+                    if mine:
+                        self._parked.remove(mine[0])
+                        self.work.put(mine[0])
 
     # ------------------------------------------------------------ one poll
 

@@ -27,6 +27,7 @@ from slurm_liquid.ledger import staging as codec
 from slurm_liquid.staging.agent import Stager
 from slurm_liquid.staging.predict import StagingHints, predict
 from slurm_liquid.staging.store import Store, User, run_worker
+from slurm_liquid.staging.worker import INODE_BYTES
 from slurm_liquid.topology import Topology
 
 parse_topology = Topology.from_topology_conf
@@ -92,8 +93,11 @@ def test_copy_is_identical_private_and_reused(area: Path) -> None:
     home = local.parents[1]
     assert (home.stat().st_uid, home.stat().st_mode & 0o777) == (65534, 0o700)   # others cannot look in
     assert all(p.stat().st_mode & 0o077 == 0 for p in local.rglob("*"))
-    # the quota counts what the copy takes: the data and its manifest
-    assert first.entry.nbytes == sum(len(v) for v in tree(src).values()) + (local.parent / "manifest.json").stat().st_size
+    # the quota counts what the copy takes: the data, its manifest, and a block per inode (each file,
+    # directory and link, the entry's own directory, data/ and manifest.json)
+    inodes = len(list(src.rglob("*"))) + 3
+    assert first.entry.nbytes == (sum(len(v) for v in tree(src).values()) + (local.parent / "manifest.json").stat().st_size
+                                  + INODE_BYTES * inodes)
     again = s.stage(nobody(), str(src), "copy", set())
     assert again.status == "hit" and again.entry.name == first.entry.name
     # a changed source (content and time) is copied afresh, and the stale copy goes
@@ -158,7 +162,7 @@ def test_quota_bounds_each_dataset_and_lru_evicts_only_unused_copies(area: Path)
     (big / "blob").write_bytes(os.urandom(1_200_000))
     big.chmod(0o755)
     (big / "blob").chmod(0o644)
-    s = store(area, quota_gb=0.001)          # 1 MB: two of the 400 kB datasets fit
+    s = store(area, quota_gb=0.001, user_share=1.0)     # 1 MB, all one user's: two of the 400 kB datasets fit
     assert s.stage(nobody(), str(big), "copy", set()).status == "over-quota"
     assert s.stage(nobody(), small[0], "copy", set(), size_hint=2_000_000).status == "over-quota"   # no walk
     a = s.stage(nobody(), small[0], "copy", set()).entry
