@@ -113,7 +113,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--batch-size", type=int, default=24, help="global batch, the same on any width")
     parser.add_argument("--width", type=int, default=8, help="channels of the small ResNet")
-    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--warmup", type=int, default=10, help="steps of linear warm-up before the cosine decay")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", default=os.environ.get("LIQUID_DATA"), help="default: $LIQUID_DATA")

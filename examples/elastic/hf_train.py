@@ -121,7 +121,15 @@ def main() -> int:
         dataloader_drop_last=True, ddp_find_unused_parameters=False, save_strategy="no",
         # Named: on CPU accelerate prefers MPI where torch has it (Debian's does), which needs mpirun.
         ddp_backend=("nccl" if cuda else "gloo") if world > 1 else None)
-    trainer = LoggedTrainer(model=model, args=training, train_dataset=Tokens(), callbacks=[callback])
+    def causal_lm_loss_float64(outputs, labels, num_items_in_batch=None):
+        """The Trainer's causal-LM loss without its upcast to float32 (which would round a float64 run)."""
+        logits, target = outputs.logits[:, :-1], labels[:, 1:]
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
+                                                 reduction="sum")
+        return loss / (num_items_in_batch if num_items_in_batch is not None else target.numel())
+
+    trainer = LoggedTrainer(model=model, args=training, train_dataset=Tokens(), callbacks=[callback],
+                            compute_loss_func=causal_lm_loss_float64 if args.float64 else None)
     start = resume_checkpoint()
     if trainer.is_world_process_zero():
         print(f"hf_train: job {os.environ.get('SLURM_JOB_ID')} on {world} process(es), "

@@ -42,7 +42,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=24, help="global batch, the same on any width")
     parser.add_argument("--width", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data", default=os.environ.get("LIQUID_DATA"), help="default: $LIQUID_DATA")
     parser.add_argument("--checkpoint-dir", default="/shared/ckpt", help="on a file system every node shares")
@@ -128,6 +128,9 @@ def main() -> int:
                         enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
                         accelerator="gpu" if cuda else "cpu", devices=max(world // nodes, 1), num_nodes=nodes,
                         strategy="ddp" if world > 1 else "auto", precision="64-true" if args.float64 else None)
+    # Built in float64 already: Lightning loads a checkpoint into the module before its precision plugin
+    # converts it, and float32 parameters would round the saved float64 values.
+    torch.set_default_dtype(torch.float64 if args.float64 else torch.float32)
     torch.manual_seed(args.seed)     # the same initial weights on every rank and every start
     model = MLP()
     if trainer.is_global_zero:

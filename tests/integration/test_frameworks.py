@@ -37,13 +37,14 @@ FLOAT64_TOLERANCE = 1e-9
 # name: (example, #LIQUID model, global batch, steps, extra arguments). The Trainer splits its batch evenly:
 # 60 divides every width of the range 1:6. Steps: enough for the job to still run after two resizes.
 FRAMEWORKS = {
-    "ddp": ("ddp_train.py", "resnet18", 24, 2000, "--checkpoint-dir /shared/fw-ckpt"),
-    "hf": ("hf_train.py", "gpt2", 60, 2000, "--output-dir /shared/fw-ckpt/hf-$SLURM_JOB_ID"),
-    "lightning": ("lightning_train.py", "resnet18", 24, 3000, "--checkpoint-dir /shared/fw-ckpt"),
+    "ddp": ("ddp_train.py", "resnet18", 24, 800, "--checkpoint-dir /shared/fw-ckpt"),
+    "hf": ("hf_train.py", "gpt2", 60, 600, "--output-dir /shared/fw-ckpt/hf-$SLURM_JOB_ID"),
+    "lightning": ("lightning_train.py", "resnet18", 24, 1500, "--checkpoint-dir /shared/fw-ckpt"),
 }
 # The policy that resizes them: see POLICY_NOTE.
 POLICY = "drf"
 ELASTIC = "1:6"
+BLOCKERS: list[int] = []
 
 
 def train_args(name: str, log: str, final: str) -> str:
@@ -110,9 +111,10 @@ def frameworks_cluster(cluster: Cluster):
     started = cluster.exec("slurmctld", "entrypoint.sh", "daemon-start", "--policy", POLICY)
     assert started.returncode == 0, started.stderr
     yield cluster
+    cluster.exec("slurmctld", "sh", "-c", "scancel -u alice; scancel -u bob")
+    BLOCKERS.clear()
     daemon(cluster, "stop")
     daemon(cluster, "start")
-    cluster.exec("slurmctld", "sh", "-c", "scancel -u alice; scancel -u bob")
 
 
 def start_reference(cluster: Cluster, name: str) -> str:
@@ -148,16 +150,13 @@ def run_resized(cluster: Cluster, name: str) -> tuple[int, list]:
     wait_for("the job to run on 4 GPUs", shape(lambda j: True), timeout=120, every=1, explain=explain)
     grown = wait_for("the daemon to grow the job onto a second node", shape(lambda j: len(j.nodes) > 1),
                      timeout=180, every=1, explain=explain)
-    # Rigid jobs take every GPU the elastic job does not hold, and more: the daemon shrinks it.
-    blockers = []
+    # Rigid jobs take every GPU the elastic job does not hold, and more: the daemon shrinks it. They stay
+    # until the job ends, so that it is not grown again.
     for number in range(3):
-        blockers.append(sbatch(cluster, "bob", "--gres=gpu:4", f"--output={RUNS}/blocker-%j.out", "--wrap",
-                               "sleep 60")[0])
-    try:
-        wait_for("the daemon to shrink the job", shape(lambda j: j.gpus < grown.gpus), timeout=180, every=1,
-                 explain=explain)
-    finally:
-        cluster.exec("slurmctld", "scancel", *(str(b) for b in blockers))
+        BLOCKERS.append(sbatch(cluster, "bob", "--gres=gpu:4", f"--output={RUNS}/blocker-%j.out", "--wrap",
+                               "sleep 900")[0])
+    wait_for("the daemon to shrink the job", shape(lambda j: j.gpus < grown.gpus), timeout=180, every=1,
+             explain=explain)
     return job_id, widths
 
 
