@@ -37,9 +37,9 @@ FLOAT64_TOLERANCE = 1e-9
 # name: (example, #LIQUID model, global batch, steps, extra arguments). The Trainer splits its batch evenly:
 # 60 divides every width of the range 1:6. Steps: enough for the job to still run after two resizes.
 FRAMEWORKS = {
-    "ddp": ("ddp_train.py", "resnet18", 24, 400, "--checkpoint-dir /shared/fw-ckpt"),
+    "ddp": ("ddp_train.py", "resnet18", 24, 1500, "--checkpoint-dir /shared/fw-ckpt"),
     "hf": ("hf_train.py", "gpt2", 60, 300, "--output-dir /shared/fw-ckpt/hf-$SLURM_JOB_ID"),
-    "lightning": ("lightning_train.py", "resnet18", 24, 600, "--checkpoint-dir /shared/fw-ckpt"),
+    "lightning": ("lightning_train.py", "resnet18", 24, 2500, "--checkpoint-dir /shared/fw-ckpt"),
 }
 # The policy that resizes them, named explicitly: everything else is the test cluster's liquid.toml (slot
 # 15 s, 20 s between changes, payback 0). With the configured DL2 a lone real job on 4 GPUs was not
@@ -154,11 +154,12 @@ def run_resized(cluster: Cluster, name: str) -> tuple[int, list]:
     wait_for("the job to run on 4 GPUs", shape(lambda j: True), timeout=120, every=1, explain=explain)
     grown = wait_for("the daemon to grow the job onto a second node", shape(lambda j: len(j.nodes) > 1),
                      timeout=180, every=1, explain=explain)
-    # Rigid jobs take every GPU the elastic job does not hold, and more: the daemon shrinks it. They stay
-    # until the job ends, so that it is not grown again.
+    # Rigid jobs take every GPU the elastic job does not hold, and more: the daemon shrinks it. They end
+    # after a minute: a rigid job may be placed on the node the shrunk job was given (seen on Slurm 26.05),
+    # which then waits for it; afterwards the daemon grows the job again.
     for number in range(3):
         BLOCKERS.append(sbatch(cluster, "bob", "--gres=gpu:4", f"--output={RUNS}/blocker-%j.out", "--wrap",
-                               "sleep 900")[0])
+                               "sleep 60")[0])
     wait_for("the daemon to shrink the job", shape(lambda j: j.gpus < grown.gpus), timeout=180, every=1,
              explain=explain)
     return job_id, widths
