@@ -39,7 +39,7 @@ FLOAT64_TOLERANCE = 1e-9
 FRAMEWORKS = {
     "ddp": ("ddp_train.py", "resnet18", 24, 1500, "--checkpoint-dir /shared/fw-ckpt"),
     "hf": ("hf_train.py", "gpt2", 60, 300, "--output-dir /shared/fw-ckpt/hf-$SLURM_JOB_ID"),
-    "lightning": ("lightning_train.py", "resnet18", 24, 2500, "--checkpoint-dir /shared/fw-ckpt"),
+    "lightning": ("lightning_train.py", "resnet18", 24, 1500, "--checkpoint-dir /shared/fw-ckpt"),
 }
 # The policy that resizes them, named explicitly: everything else is the test cluster's liquid.toml (slot
 # 15 s, 20 s between changes, payback 0). With the configured DL2 a lone real job on 4 GPUs was not
