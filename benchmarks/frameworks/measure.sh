@@ -1,6 +1,6 @@
 #!/bin/bash
 # Step times of each framework example at 1..4 processes on one node, unresized, for speed.py.
-#   docker run --rm -v "$PWD/examples:/ex:ro" -v "$OUT:/out" slurm-liquid:trixie bash /ex/../benchmarks/... (see results.md)
+#   docker run --rm -v "$PWD/examples:/ex:ro" -v "$PWD/benchmarks:/benchmarks:ro" -v /tmp/fw-bench:/out slurm-liquid:trixie bash /benchmarks/frameworks/measure.sh
 # Runs inside a node image that has /opt/slurm-liquid-train (trixie, sid). Writes /out/<example>-<n>.log.
 set -euo pipefail
 P=/opt/slurm-liquid-train/bin/python; cd /ex/elastic; export OMP_NUM_THREADS=1 USE_LIBUV=0
