@@ -49,3 +49,22 @@ def test_command_failures_and_timeouts_name_the_command() -> None:
 def test_requirements_come_from_pyproject() -> None:
     reqs = load().project_requirements()
     assert any(r.startswith("python-hostlist") for r in reqs) and any(r.startswith("networkx") for r in reqs)
+
+
+def test_the_placeholder_wheel_stands_for_debians_torch_with_its_requirements(tmp_path) -> None:
+    # pip resolves the frameworks' wheelhouse against this wheel: Debian's version and requirements, no files.
+    import zipfile
+    path = load().placeholder_wheel(tmp_path, "torch", "2.6.0+debian", ["sympy==1.13.1", "setuptools"])
+    assert path.name == "torch-2.6.0+debian-py3-none-any.whl"
+    with zipfile.ZipFile(path) as whl:
+        names = whl.namelist()
+        metadata = whl.read("torch-2.6.0+debian.dist-info/METADATA").decode()
+    assert sorted(names) == ["torch-2.6.0+debian.dist-info/METADATA", "torch-2.6.0+debian.dist-info/RECORD",
+                             "torch-2.6.0+debian.dist-info/WHEEL"]
+    assert "Version: 2.6.0+debian\n" in metadata
+    assert "Requires-Dist: sympy==1.13.1\nRequires-Dist: setuptools\n" in metadata
+
+
+def test_framework_requirements_are_the_lines_of_frameworks_txt() -> None:
+    reqs = load().framework_requirements()
+    assert {r.split(">")[0] for r in reqs} == {"transformers", "accelerate", "lightning"}
