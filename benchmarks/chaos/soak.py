@@ -298,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
     chaos = Chaos(args.suite, out, random.Random(args.seed))
     chaos.job_seconds, chaos.arrivals = args.job_seconds, args.arrivals
     chaos.kinds = tuple(k for k in FAULTS if k not in args.without)
-    chaos.daemon_args = ("--policy", args.policy) if args.policy else ()
+    # unguarded, so that the policy resizes often and lost requeue answers hit real resizes
+    chaos.daemon_args = ("--policy", args.policy, "--payback", "0") if args.policy else ()
     chaos.ctl("entrypoint.sh", "daemon-stop")           # started again with the soak's policy
     chaos.ctl("entrypoint.sh", "daemon-start", *chaos.daemon_args, timeout=60)
     for node in NODES:
