@@ -11,7 +11,6 @@ offloading and a chunked loss change only the terms they change.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from slurm_liquid.errors import UsageError
