@@ -44,3 +44,9 @@ def default_cluster(request: pytest.FixtureRequest) -> Cluster:
     """The first suite of LIQUID_SUITES only (Slurm 24.11 by default): for long end-to-end tests whose
     version-specific steps other tests run on every suite (CI's time is bounded)."""
     return _up(request.param)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The chaos soak last: its faults (a full staging disk among them) must not leave state that the
+    other tests of its cluster then meet (test_staging saw the shared path once after it)."""
+    items.sort(key=lambda item: "test_chaos.py" in item.nodeid)
